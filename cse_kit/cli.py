@@ -1,0 +1,81 @@
+"""The `cse-kit` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _data_dir_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default=None,
+                   help="data directory (default: $CSE_KIT_DATA, else data/ in the repository)")
+
+
+def _print_status(report: dict) -> None:
+    rows = []
+    for name, r in report["datasets"].items():
+        state = "verified" if r["verified"] else ("PROBLEM" if r["present"] else "missing")
+        counts = " ".join(f"{k}={v}" for k, v in r["counts"].items())
+        rows.append((name, state, counts))
+    width = max(len(r[0]) for r in rows)
+    for name, state, counts in rows:
+        print(f"{name:<{width}}  {state:<8}  {counts}")
+    for name, r in report["datasets"].items():
+        for problem in r["problems"]:
+            print(f"  {name}: {problem}", file=sys.stderr)
+
+
+def cmd_data(args) -> int:
+    from . import data
+
+    if args.action == "download":
+        placed = data.download(args.names, args.data_dir)
+        print(f"downloaded and verified: {', '.join(placed)}")
+    elif args.action == "import":
+        for path in args.paths:
+            placed = data.import_path(path, args.data_dir)
+            print(f"{path}: imported {', '.join(placed)}")
+    report = data.status(args.data_dir, getattr(args, "names", None) or None)
+    if getattr(args, "json", False):
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"data directory: {data.resolve_data_dir(args.data_dir)}")
+        _print_status(report)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cse-kit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_data = sub.add_parser("data", help="download, import and check datasets")
+    data_sub = p_data.add_subparsers(dest="action", required=True)
+    p = data_sub.add_parser("download", help="download, verify and lay out datasets (all when none named)")
+    p.add_argument("names", nargs="*")
+    _data_dir_arg(p)
+    p = data_sub.add_parser("import", help="lay out datasets from local archives or folders")
+    p.add_argument("paths", nargs="+")
+    _data_dir_arg(p)
+    p = data_sub.add_parser("status", help="one row per dataset: present, verified, counts")
+    p.add_argument("names", nargs="*")
+    p.add_argument("--json", action="store_true")
+    _data_dir_arg(p)
+    p_data.set_defaults(func=cmd_data)
+    return parser
+
+
+def main(argv=None) -> int:
+    from .data import DataError
+    from .models import ModelNotFoundError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DataError, ModelNotFoundError, KeyError) as e:
+        print(f"cse-kit: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""Getting datasets into the data directory: download, import from local archives, verify.
+
+Every path goes through a staging folder inside the data directory: archives are unpacked there, the dataset is
+verified there (counts, md5), and only then are its files renamed into place (os.replace, atomic on one
+filesystem). A failed or interrupted run leaves no half-written file where the loaders look.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from .loaders import DataError, count_records
+from .registry import REGISTRY, SIMCSE_HUB_REPO, DatasetSpec, Source, resolve_data_dir, spec
+
+CHUNK = 1 << 20
+
+
+def md5_file(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- verification ------------------------------------------------------------------------------------------------
+
+def verify(ds: DatasetSpec, data_dir=None) -> dict:
+    """{"present", "verified", "counts", "problems"} for one dataset under data_dir."""
+    root = resolve_data_dir(data_dir)
+    paths = ds.paths(root)
+    report = {"present": all(p.is_file() for p in paths), "verified": False, "counts": {}, "problems": []}
+    if not report["present"]:
+        return report
+    for rel, path in zip(ds.files, paths):
+        ref = ds.reference_md5(rel)
+        if ref is not None and md5_file(path) != ref:
+            report["problems"].append(f"{path}: md5 differs from the reference copy (truncated, corrupt or a "
+                                      "differently preprocessed copy)")
+    try:
+        report["counts"] = count_records(ds.name, root)
+    except DataError as e:
+        report["problems"].append(str(e))
+    for split, expected in ds.counts.items():
+        got = report["counts"].get(split)
+        if got is not None and got != expected:
+            report["problems"].append(f"{ds.name} {split}: {got} records, expected {expected}")
+    report["verified"] = not report["problems"]
+    return report
+
+
+def status(data_dir=None, names=None) -> dict:
+    return {"datasets": {n: verify(spec(n), data_dir) for n in (names or REGISTRY)}}
+
+
+# --- staging and placement ---------------------------------------------------------------------------------------
+
+@contextmanager
+def staging(data_dir: Path):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".staging-", dir=data_dir))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unpack(archive: Path, dest: Path) -> None:
+    """Unpack a tar(.gz), zip or .gz file, or copy a plain file, into dest."""
+    name = archive.name
+    if tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as t:
+            t.extractall(dest, filter="data")
+    elif zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(dest)
+    elif name.endswith(".gz"):
+        with gzip.open(archive, "rb") as src, open(dest / name[:-3], "wb") as out:
+            shutil.copyfileobj(src, out, CHUNK)
+    else:
+        shutil.copy2(archive, dest / name)
+
+
+def find_dataset(ds: DatasetSpec, tree: Path) -> Path | None:
+    """The folder under tree that holds all of ds's files at their registry-relative paths, if any."""
+    first = ds.files[0]
+    depth = len(Path(first).parts)
+    for hit in sorted(tree.rglob(Path(first).name)):
+        if hit.as_posix().endswith("/" + first):
+            base = hit.parents[depth - 1]
+            if all((base / f).is_file() for f in ds.files):
+                return base
+    return None
+
+
+def _place(ds: DatasetSpec, base: Path, data_dir: Path) -> None:
+    for rel in ds.files:
+        target = data_dir / ds.group / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(base / rel, target)  # same filesystem: a rename
+
+
+def _stage_and_place(tree: Path, candidates, data_dir: Path) -> dict[str, dict]:
+    """Verify each dataset found in tree while it is still in staging; move the good ones into place."""
+    placed = {}
+    for ds in candidates:
+        base = find_dataset(ds, tree)
+        if base is None:
+            continue
+        shadow = tree / ".verify" / ds.name  # a data-dir-shaped view of this one dataset
+        (shadow / ds.group).mkdir(parents=True)
+        for rel in ds.files:
+            (shadow / ds.group / rel).parent.mkdir(parents=True, exist_ok=True)
+            (base / rel).rename(shadow / ds.group / rel)
+        report = verify(ds, shadow)
+        if report["problems"] and not all("md5 differs" in p for p in report["problems"]):
+            raise DataError(f"{ds.name} from {tree.name} failed verification, nothing was placed: "
+                            + "; ".join(report["problems"]))
+        _place(ds, shadow / ds.group, data_dir)
+        placed[ds.name] = report
+    return placed
+
+
+# --- import ------------------------------------------------------------------------------------------------------
+
+def import_path(path, data_dir=None) -> dict[str, dict]:
+    """Lay out every registry dataset found in a local archive or folder. Returns {name: verification report}."""
+    src = Path(path).expanduser()
+    if not src.exists():
+        raise DataError(f"{src} does not exist; give an archive (.tar.gz, .tar, .zip, .gz) or a folder")
+    root = resolve_data_dir(data_dir)
+    with staging(root) as tmp:
+        tree = tmp / "tree"
+        tree.mkdir()
+        if src.is_dir():
+            shutil.copytree(src, tree / src.name)  # keep the folder's name: it may be part of the layout
+        else:
+            unpack(src, tree)
+        placed = _stage_and_place(tree, REGISTRY.values(), root)
+    if not placed:
+        raise DataError(f"{src} holds none of the registry's datasets (expected e.g. downstream/STS/..., "
+                        "sts_raw/stsbenchmark/..., wiki1m_for_simcse*.txt)")
+    return placed
+
+
+# --- download ----------------------------------------------------------------------------------------------------
+
+class ResumableHTTPDownloader:
+    """A pooch downloader that keeps a `.part` file beside the cache and continues it with an HTTP Range request,
+    so an interrupted download of a large archive resumes instead of restarting."""
+
+    def __init__(self, progressbar: bool = True, timeout: float = 60):
+        self.progressbar = progressbar
+        self.timeout = timeout
+
+    def __call__(self, url: str, output_file: str, pooch_obj=None, check_only: bool = False):
+        import requests
+        from tqdm.auto import tqdm
+
+        if check_only:
+            return requests.head(url, timeout=self.timeout, allow_redirects=True).ok
+        part = Path(pooch_obj.path if pooch_obj is not None else Path(output_file).parent) / (
+            url.rstrip("/").rsplit("/", 1)[-1] + ".part")
+        have = part.stat().st_size if part.exists() else 0
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        with requests.get(url, headers=headers, stream=True, timeout=self.timeout) as r:
+            if r.status_code == 416:  # the .part is already complete
+                r.close()
+            else:
+                r.raise_for_status()
+                if r.status_code != 206:  # server ignored the Range header: start over
+                    have = 0
+                total = have + int(r.headers.get("Content-Length", 0)) or None
+                with open(part, "ab" if have else "wb") as f, tqdm(
+                        total=total, initial=have, unit="B", unit_scale=True, desc=part.name[:-5],
+                        disable=not self.progressbar) as bar:
+                    for block in r.iter_content(CHUNK):
+                        f.write(block)
+                        bar.update(len(block))
+        shutil.move(part, output_file)
+
+
+def fetch_source(source: Source, cache_dir: Path, progressbar: bool = True) -> Path:
+    """Download one source into cache_dir (resumable, checksum-checked when a checksum is known)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if source.url.startswith("file:"):
+        raise DataError(f"{source.filename} has no download source; import it: `cse-kit data import PATH`")
+    if source.hub_file is not None:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        try:
+            return Path(hf_hub_download(SIMCSE_HUB_REPO, source.hub_file, repo_type="dataset",
+                                        local_dir=cache_dir))
+        except LocalEntryNotFoundError as e:
+            raise DataError(f"cannot download {source.hub_file} from the Hugging Face Hub ({e}). Check the "
+                            "connection (HF_HUB_OFFLINE must be unset), or import a local copy with "
+                            "`cse-kit data import PATH`") from None
+    import pooch
+
+    known = f"sha256:{source.sha256}" if source.sha256 else None
+    try:
+        return Path(pooch.retrieve(source.url, known_hash=known, fname=source.filename, path=cache_dir,
+                                   downloader=ResumableHTTPDownloader(progressbar), progressbar=progressbar))
+    except ValueError as e:  # pooch's hash mismatch
+        raise DataError(f"{source.url}: {e}. The download was discarded; try again, or import a local copy "
+                        "with `cse-kit data import PATH`") from None
+
+
+def _convert_snli_jsonl(tree: Path) -> None:
+    """snli_1.0_{dev,test}.jsonl -> SentEval's SNLI/{s1,s2,labels}.{dev,test} (pairs with a gold label only)."""
+    out = tree / "converted" / "SNLI"
+    out.mkdir(parents=True)
+    for split in ("dev", "test"):
+        found = sorted(tree.rglob(f"snli_1.0_{split}.jsonl"))
+        if not found:
+            raise DataError(f"snli_1.0_{split}.jsonl not found in the SNLI archive")
+        cols = {"s1": [], "s2": [], "labels": []}
+        for line in found[0].read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row["gold_label"] == "-":
+                continue
+            cols["s1"].append(row["sentence1"])
+            cols["s2"].append(row["sentence2"])
+            cols["labels"].append(row["gold_label"])
+        for name, values in cols.items():
+            (out / f"{name}.{split}").write_text("\n".join(values) + "\n", encoding="utf-8")
+
+
+CONVERTERS = {"snli_jsonl": _convert_snli_jsonl}
+
+
+def download(names=None, data_dir=None, progressbar: bool = True) -> dict[str, dict]:
+    """Download, verify and lay out the named datasets (all when names is empty)."""
+    root = resolve_data_dir(data_dir)
+    wanted = [spec(n) for n in (names or REGISTRY)]
+    by_source: dict[Source, list[DatasetSpec]] = {}
+    for ds in wanted:
+        by_source.setdefault(ds.source, []).append(ds)
+    placed = {}
+    for source, datasets in by_source.items():
+        archive = fetch_source(source, root / ".cache", progressbar)
+        with staging(root) as tmp:
+            tree = tmp / "tree"
+            tree.mkdir()
+            unpack(archive, tree)
+            if source.convert:
+                CONVERTERS[source.convert](tree)
+            found = _stage_and_place(tree, datasets, root)
+        missing = [ds.name for ds in datasets if ds.name not in found]
+        if missing:
+            raise DataError(f"{source.filename} does not contain {', '.join(missing)}")
+        placed.update(found)
+    return placed

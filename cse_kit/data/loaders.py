@@ -1,0 +1,275 @@
+"""Loaders that read the registry's files into plain typed records.
+
+Text is read exactly as SentEval reads it (its encoding, its columns, whitespace-split then re-joined with single
+spaces, which is what the SimCSE-family batchers feed the tokenizer), so that our numbers are the protocol's.
+Every parse error names file:line and what was expected.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .registry import DatasetSpec, resolve_data_dir, spec
+
+
+class DataError(ValueError):
+    """Bad or missing data; the message says how to fix it."""
+
+
+class MissingDatasetError(DataError, FileNotFoundError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StsPair:
+    sent1: str
+    sent2: str
+    score: float
+    subset: str  # STS12-16: the topic subset; STS-B/SICK-R: the split
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledSentence:
+    text: str
+    label: int
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledPair:
+    sent1: str
+    sent2: str
+    label: int
+
+
+@dataclass(frozen=True, slots=True)
+class NliTriplet:
+    anchor: str
+    positive: str
+    negative: str
+
+
+TREC_CLASSES = {"ABBR": 0, "DESC": 1, "ENTY": 2, "HUM": 3, "LOC": 4, "NUM": 5}
+SNLI_CLASSES = {"entailment": 0, "neutral": 1, "contradiction": 2}
+
+
+def normalize(text: str) -> str:
+    """SentEval splits on whitespace and the batchers re-join with one space."""
+    return " ".join(text.split())
+
+
+def _lines(path: Path, encoding: str = "utf-8") -> list[str]:
+    try:
+        with open(path, encoding=encoding, newline="") as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not valid {encoding} text ({e.reason} at byte {e.start}); "
+                        f"the file is corrupt: re-import or re-download it") from None
+
+
+def _fields(path: Path, lineno: int, line: str, need: int, what: str) -> list[str]:
+    cols = line.strip().split("\t")
+    if len(cols) < need:
+        raise DataError(f"{path}:{lineno}: expected {what} ({need} tab-separated columns), got {len(cols)}: "
+                        f"{line[:80]!r}")
+    return cols
+
+
+def _float(path: Path, lineno: int, value: str, what: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise DataError(f"{path}:{lineno}: expected a number for {what}, got {value!r}") from None
+
+
+def _int(path: Path, lineno: int, value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise DataError(f"{path}:{lineno}: expected an integer {what}, got {value!r}") from None
+
+
+def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
+    """The folder holding the dataset's files; raises MissingDatasetError naming the command that fixes it."""
+    root = resolve_data_dir(data_dir)
+    missing = [p for p in ds.paths(root) if not p.is_file()]
+    if missing:
+        raise MissingDatasetError(
+            f"dataset {ds.name} is missing from {root} (no {missing[0]}). Fix: `cse-kit data download {ds.name}`"
+            f" (needs internet) or `cse-kit data import PATH` with a local archive"
+            f"{'' if data_dir is None else f', adding --data-dir {root}'}.")
+    return root / ds.group
+
+
+# --- STS ---------------------------------------------------------------------------------------------------------
+
+def _sts_subset(folder: Path, subset: str) -> list[StsPair]:
+    inp, gs = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
+    pairs, golds = _lines(inp), _lines(gs)
+    if len(pairs) != len(golds):
+        raise DataError(f"{inp} has {len(pairs)} lines but {gs} has {len(golds)}; one of them is truncated: "
+                        "re-import or re-download the dataset")
+    out = []
+    for lineno, (line, gold) in enumerate(zip(pairs, golds), 1):
+        if gold.strip() == "":  # SentEval drops pairs without a gold score
+            continue
+        cols = line.split("\t")
+        if len(cols) < 2:
+            raise DataError(f"{inp}:{lineno}: expected two tab-separated sentences, got {line[:80]!r}")
+        out.append(StsPair(normalize(cols[0]), normalize(cols[1]), _float(gs, lineno, gold, "the gold score"),
+                           subset))
+    return out
+
+
+def _sts_split_file(path: Path, columns: tuple[int, int, int], header: bool, split: str) -> list[StsPair]:
+    a, b, score = columns
+    out = []
+    for lineno, line in enumerate(_lines(path), 1):
+        if header and lineno == 1:
+            continue
+        cols = _fields(path, lineno, line, max(columns) + 1, "a sentence pair with its score")
+        out.append(StsPair(normalize(cols[a]), normalize(cols[b]), _float(path, lineno, cols[score], "the score"),
+                           split))
+    return out
+
+
+def load_sts(name: str, split: str | None = None, data_dir=None) -> list[StsPair]:
+    """STS pairs. STS12-16: all topic subsets (split "test" or None). STS-B, SICK-R: split train/dev/test."""
+    ds = spec(name)
+    root = dataset_root(ds, data_dir)
+    if ds.kind == "sts":
+        if split not in (None, "test"):
+            raise DataError(f"{name} has only a test split, not {split!r}")
+        folder = root / ds.extra["folder"]
+        return [p for s in ds.subsets for p in _sts_subset(folder, s)]
+    if ds.kind != "sts_split":
+        raise DataError(f"{name} is not an STS dataset")
+    splits = tuple(ds.counts)
+    if split not in splits:
+        raise DataError(f"{name}: split must be one of {', '.join(splits)}, not {split!r}")
+    path = root / ds.files[splits.index(split)]
+    return _sts_split_file(path, ds.extra["columns"], ds.extra["header"], split)
+
+
+# --- classification ----------------------------------------------------------------------------------------------
+
+def _binary(root: Path, ds: DatasetSpec) -> list[LabelledSentence]:
+    pos, neg = (_lines(root / f, encoding="latin-1") for f in ds.files)
+    return [LabelledSentence(normalize(t), 1) for t in pos] + [LabelledSentence(normalize(t), 0) for t in neg]
+
+
+def _sst(path: Path) -> list[LabelledSentence]:
+    out = []
+    for lineno, line in enumerate(_lines(path), 1):
+        cols = _fields(path, lineno, line, 2, "a sentence and its 0/1 label")
+        out.append(LabelledSentence(normalize(cols[0]), _int(path, lineno, cols[1], "label")))
+    return out
+
+
+def _trec(path: Path) -> list[LabelledSentence]:
+    out = []
+    for lineno, line in enumerate(_lines(path, encoding="latin-1"), 1):
+        target, sep, rest = line.strip().partition(":")
+        words = rest.split(" ", 1)
+        if not sep or target not in TREC_CLASSES or len(words) < 2:
+            raise DataError(f"{path}:{lineno}: expected 'CLASS:fine question' with CLASS in "
+                            f"{'/'.join(TREC_CLASSES)}, got {line[:80]!r}")
+        out.append(LabelledSentence(normalize(words[1]), TREC_CLASSES[target]))
+    return out
+
+
+def _mrpc(path: Path) -> list[LabelledPair]:
+    out = []
+    for lineno, line in enumerate(_lines(path), 1):
+        if lineno == 1:
+            continue
+        cols = _fields(path, lineno, line, 5, "Quality, #1 ID, #2 ID, #1 String, #2 String")
+        out.append(LabelledPair(normalize(cols[3]), normalize(cols[4]), _int(path, lineno, cols[0], "label")))
+    return out
+
+
+def load_classification(name: str, split: str | None = None, data_dir=None):
+    """Labelled sentences (MR/CR/SUBJ/MPQA: split "all"; SST2: train/dev/test; TREC: train/test) or labelled
+    sentence pairs (MRPC: train/test; label 1 = paraphrase)."""
+    ds = spec(name)
+    root = dataset_root(ds, data_dir)
+    splits = tuple(ds.counts)
+    split = split or (splits[0] if len(splits) == 1 else None)
+    if split not in splits:
+        raise DataError(f"{name}: split must be one of {', '.join(splits)}, not {split!r}")
+    if ds.kind == "binary":
+        return _binary(root, ds)
+    path = root / ds.files[splits.index(split)]
+    readers = {"sst": _sst, "trec": _trec, "mrpc": _mrpc}
+    if ds.kind not in readers:
+        raise DataError(f"{name} is not a classification dataset")
+    return readers[ds.kind](path)
+
+
+# --- SNLI and training data --------------------------------------------------------------------------------------
+
+def load_snli(split: str, data_dir=None) -> list[LabelledPair]:
+    """SNLI dev/test pairs; label 0 entailment, 1 neutral, 2 contradiction."""
+    ds = spec("SNLI")
+    root = dataset_root(ds, data_dir)
+    if split not in ds.counts:
+        raise DataError(f"SNLI: split must be one of {', '.join(ds.counts)}, not {split!r}")
+    s1, s2, labels = (_lines(root / "SNLI" / f"{f}.{split}") for f in ("s1", "s2", "labels"))
+    if not len(s1) == len(s2) == len(labels):
+        raise DataError(f"{root / 'SNLI'}: s1/s2/labels.{split} have {len(s1)}/{len(s2)}/{len(labels)} lines; "
+                        "a file is truncated: re-import or re-download SNLI")
+    out = []
+    for lineno, (a, b, lab) in enumerate(zip(s1, s2, labels), 1):
+        if lab not in SNLI_CLASSES:
+            raise DataError(f"{root / 'SNLI' / f'labels.{split}'}:{lineno}: expected one of "
+                            f"{'/'.join(SNLI_CLASSES)}, got {lab!r}")
+        out.append(LabelledPair(normalize(a), normalize(b), SNLI_CLASSES[lab]))
+    return out
+
+
+def snli_triplets(split: str, data_dir=None) -> list[NliTriplet]:
+    """(premise, entailed hypothesis, contradicted hypothesis) for each premise that has both, in file order:
+    the shape of SimCSE's nli_for_simcse.csv, so NLI-based methods can run offline at small scale."""
+    by_premise: dict[str, dict[int, str]] = {}
+    for pair in load_snli(split, data_dir):
+        by_premise.setdefault(pair.sent1, {}).setdefault(pair.label, pair.sent2)
+    return [NliTriplet(p, h[0], h[2]) for p, h in by_premise.items() if 0 in h and 2 in h]
+
+
+def load_corpus(name: str = "Wiki1M", data_dir=None, path: str | os.PathLike | None = None) -> list[str]:
+    """One training sentence per line (raw text, not normalized: training tokenizes it as is)."""
+    file = Path(path) if path is not None else dataset_root(spec(name), data_dir) / spec(name).files[0]
+    return _lines(file)
+
+
+def load_nli_triplets(name: str = "NLI", data_dir=None, path: str | os.PathLike | None = None) -> list[NliTriplet]:
+    """SimCSE's nli_for_simcse.csv: header sent0,sent1,hard_neg."""
+    file = Path(path) if path is not None else dataset_root(spec(name), data_dir) / spec(name).files[0]
+    with open(file, encoding="utf-8", newline="") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header is None or len(header) < 3:
+            raise DataError(f"{file}:1: expected the header sent0,sent1,hard_neg, got {header!r}")
+        out = []
+        for row in rows:
+            if len(row) < 3:
+                raise DataError(f"{file}:{rows.line_num}: expected 3 columns (anchor, positive, hard negative), "
+                                f"got {len(row)}")
+            out.append(NliTriplet(row[0], row[1], row[2]))
+    return out
+
+
+def count_records(name: str, data_dir=None) -> dict[str, int]:
+    """Records per split, counted the way the loaders (and SentEval) count them."""
+    ds = spec(name)
+    if ds.kind in ("sts", "sts_split"):
+        return {s: len(load_sts(name, s, data_dir)) for s in ds.counts}
+    if ds.kind in ("binary", "sst", "trec", "mrpc"):
+        return {s: len(load_classification(name, s, data_dir)) for s in ds.counts}
+    if ds.kind == "snli":
+        return {s: len(load_snli(s, data_dir)) for s in ds.counts}
+    if ds.kind == "corpus":
+        return {"train": len(load_corpus(name, data_dir))}
+    return {"train": len(load_nli_triplets(name, data_dir))}

