@@ -45,6 +45,22 @@ def cmd_data(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from .eval import Encoder, evaluate, format_tables, parse_tasks
+    from .io import write_json_atomic
+    from .models import load_model
+
+    tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
+    tokenizer, model = load_model(args.model)
+    encoder = Encoder(model, tokenizer, args.pooler, batch_size=args.batch_size, max_length=args.max_length,
+                      device=args.device, amp=not args.no_amp)
+    result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
+    print(format_tables(result))
+    if args.output:
+        print(f"wrote {write_json_atomic(args.output, result)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cse-kit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +78,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _data_dir_arg(p)
     p_data.set_defaults(func=cmd_data)
+
+    from .eval.encode import POOLERS
+
+    p = sub.add_parser("eval", help="the papers' SentEval protocol: STS and transfer tasks",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="poolers:\n" + "\n".join(f"  {k}: {v}" for k, v in POOLERS.items()))
+    p.add_argument("--model", required=True, help="short name, Hub id or local directory")
+    p.add_argument("--pooler", required=True, choices=list(POOLERS),
+                   help="how a sentence vector is read off the model (recorded with every result)")
+    p.add_argument("--tasks", default="sts", help="sts, transfer, all, or comma-separated names (default sts)")
+    p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
+                   help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
+                        "transfer config (kfold 5, rmsprop); dev: dev numbers, fast config")
+    p.add_argument("--output", help="write the result JSON here")
+    p.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's default 1111)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: none)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--no-amp", action="store_true", help="encode in fp32 on GPU")
+    _data_dir_arg(p)
+    p.set_defaults(func=cmd_eval)
     return parser
 
 
@@ -72,7 +109,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (DataError, ModelNotFoundError, KeyError) as e:
+    except (DataError, ModelNotFoundError, KeyError, ValueError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
 

@@ -29,3 +29,23 @@ def data_dir(tmp_path_factory):
     for archive in ARCHIVES.values():
         import_path(archive, root)
     return root
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """(tokenizer, model) of the offline all-MiniLM-L6-v2."""
+    from cse_kit.models import load_model
+
+    return load_model("all-MiniLM-L6-v2", offline=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(minilm):
+    """A tiny random BERT (with its NSP pooler) sharing MiniLM's bert-base-uncased tokenizer."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=minilm[0].vocab_size, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    return minilm[0], BertModel(config).eval()

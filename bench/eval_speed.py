@@ -1,0 +1,120 @@
+"""Evaluation speed on this machine (issue: evaluation suite).
+
+  python bench/eval_speed.py sts       # 7-task STS test eval vs a bare transformers encoding loop
+  python bench/eval_speed.py dev       # the training-loop dev evaluator (STS-B dev), seconds per call
+  python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test]
+                                       # classifier time vs the original SentEval on the same embeddings
+
+Prints medians over --repeats runs (alternating the two sides, so machine noise hits both alike).
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cse_kit.data import resolve_data_dir
+from cse_kit.eval import DevEvaluator, Encoder, evaluate, load_task
+from cse_kit.eval.transfer import TRANSFER_TASKS, evaluate_transfer_task
+from cse_kit.models import load_model
+
+
+def bare_encode(model, tokenizer, sentences, batch_size=128):
+    """What a user would write with transformers alone: length-sorted batches, mean pooling."""
+    order = sorted(sentences, key=len, reverse=True)
+    with torch.inference_mode():
+        for i in range(0, len(order), batch_size):
+            b = tokenizer(order[i:i + batch_size], padding=True, return_tensors="pt")
+            h = model(**b).last_hidden_state
+            m = b["attention_mask"].unsqueeze(-1)
+            (h * m).sum(1) / m.sum(1)
+
+
+def bench_sts(tokenizer, model, args):
+    walls, bares, result = [], [], None
+    for _ in range(args.repeats):
+        enc = Encoder(model, tokenizer, "avg", progress=False)
+        t = time.perf_counter()
+        result = evaluate(enc, "sts", "test", args.data_dir, model_name="all-MiniLM-L6-v2")
+        walls.append(time.perf_counter() - t)
+        sentences = list(enc._cache)
+        t = time.perf_counter()
+        bare_encode(model, tokenizer, sentences)
+        bares.append(time.perf_counter() - t)
+    n = result["timings"]["distinct_sentences"]
+    w, b = statistics.median(walls), statistics.median(bares)
+    print(f"7-task STS test eval, all-MiniLM-L6-v2 avg, {torch.get_num_threads()} threads, {args.repeats} runs")
+    print(f"  distinct sentences        {n}")
+    print(f"  full evaluation wall      {w:.1f} s (median; runs: {', '.join(f'{x:.1f}' for x in walls)})")
+    print(f"  sentences / s             {n / w:.0f}")
+    print(f"  bare transformers loop    {b:.1f} s (median; runs: {', '.join(f'{x:.1f}' for x in bares)})")
+    print(f"  ratio full / bare         {w / b:.3f}  (everything beyond encoding: {100 * (w / b - 1):+.1f}%)")
+    print(f"  STS avg                   {result['sts']['avg']:.2f}")
+
+
+def bench_dev(tokenizer, model, args):
+    dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
+    times = [dev(model)["seconds"] for _ in range(args.repeats)]
+    print(f"dev evaluator (STS-B dev, 1500 pairs): {statistics.median(times):.2f} s per call (median of "
+          f"{args.repeats}: {', '.join(f'{x:.2f}' for x in times)})")
+
+
+def bench_transfer(tokenizer, model, args):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from senteval_reference import load_original_senteval
+
+    senteval = load_original_senteval(args.senteval)
+    data_dir = resolve_data_dir(args.data_dir)
+    enc = Encoder(model, tokenizer, "avg", progress=False)
+    tasks = {t: load_task(t, data_dir) for t in TRANSFER_TASKS}
+    t = time.perf_counter()
+    enc.encode([s for d in tasks.values() for s in d.sentences()])
+    print(f"encoding all transfer sentences: {time.perf_counter() - t:.1f} s")
+
+    def lookup(params, batch):  # the original gets the very same embeddings
+        return torch.from_numpy(enc.encode([" ".join(s) for s in batch]))
+
+    for mode in args.modes.split(","):
+        cfg = {"test": {"kfold": 10, "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,
+                                                     "epoch_size": 4}},
+               "fasttest": {"kfold": 5, "classifier": {"nhid": 0, "optim": "rmsprop", "batch_size": 128,
+                                                        "tenacity": 3, "epoch_size": 2}}}[mode]
+        params = {"task_path": str(data_dir), "usepytorch": True, "seed": 1111, **cfg}
+        print(f"\nmode {mode}: task | ours dev/test | original dev/test | ours s | original s | speed-up")
+        tot_ours = tot_ref = 0.0
+        for task, data in tasks.items():
+            ours = [evaluate_transfer_task(enc, data, mode) for _ in range(args.repeats)]
+            ref_times, ref = [], None
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                ref = senteval.engine.SE(params, lookup).eval(task)
+                ref_times.append(time.perf_counter() - t)
+            o = statistics.median(r["seconds"]["classifier"] for r in ours)
+            r = statistics.median(ref_times)
+            tot_ours, tot_ref = tot_ours + o, tot_ref + r
+            print(f"  {task:5s} | {ours[0]['devacc']:.2f}/{ours[0]['acc']:.2f} | {ref['devacc']:.2f}/{ref['acc']:.2f}"
+                  f" | {o:.1f} | {r:.1f} | {r / o:.1f}x", flush=True)
+        print(f"  total classifier time: ours {tot_ours:.1f} s, original {tot_ref:.1f} s, "
+              f"speed-up {tot_ref / tot_ours:.1f}x")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["sts", "dev", "transfer"])
+    p.add_argument("--data-dir")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--senteval", help="path of a SentEval checkout (its folder holding senteval/)")
+    p.add_argument("--modes", default="fasttest,test")
+    args = p.parse_args()
+    tokenizer, model = load_model("all-MiniLM-L6-v2")
+    model.eval()
+    {"sts": bench_sts, "dev": bench_dev, "transfer": bench_transfer}[args.what](tokenizer, model, args)
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=2)
+    main()

@@ -1,0 +1,186 @@
+"""SentEval's PyTorch logistic-regression classifier, many fits at once.
+
+SentEval trains one `nn.Linear` at a time (re-seeding torch and NumPy with the task seed before each), with
+Adam/RMSprop, L2 as the optimizer's weight decay, `epoch_size` passes between dev checks, and stops after
+`tenacity` non-improving checks (a count that is never reset) or `max_epoch`. A transfer task trains hundreds of
+these tiny models one after another; that loop, not the arithmetic, is its cost.
+
+Here every fit of a task (all regularisation values × all folds) is one slice of a batched model, trained in
+lock-step. Each slice sees exactly what SentEval's model would: the same initial weights (seeded generator),
+the same minibatch order (a NumPy RandomState seeded like SentEval's global one, drawn in the same order), the
+same optimizer arithmetic (torch's Adam/RMSprop update written out per slice, weight decay added to the
+gradient as torch does), the same early stopping. Slices whose training has stopped are frozen. Results agree
+with SentEval up to float rounding (bmm vs mm); see docs/evaluation.md for the measured agreement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    optim: str  # "adam" or "rmsprop", torch defaults as SentEval's get_optimizer uses them
+    batch_size: int
+    tenacity: int
+    epoch_size: int
+    kfold: int
+    max_epoch: int = 200
+
+
+#: SimCSE's evaluation.py: `test` = SentEval's default config, `dev`/`fasttest` = its prototyping config.
+CONFIGS = {
+    "test": ClassifierConfig("adam", 64, 5, 4, 10),
+    "fasttest": ClassifierConfig("rmsprop", 128, 3, 2, 5),
+    "dev": ClassifierConfig("rmsprop", 128, 3, 2, 5),
+}
+L2_GRID = tuple(10.0 ** t for t in range(-5, -1))  # SentEval's pytorch grid: 1e-5 ... 1e-2
+
+
+@dataclass
+class Fit:
+    """One classifier SentEval would train: rows of X to train on, and either rows to validate on or a
+    validation fraction split off the training rows with the seeded permutation (SentEval's validation_split)."""
+
+    train: np.ndarray
+    l2: float
+    valid: np.ndarray | None = None
+    valid_split: float | None = None
+
+
+def initial_weights(dim: int, nclasses: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What `torch.manual_seed(seed); nn.Linear(dim, nclasses)` initialises, without touching global RNG."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.empty(nclasses, dim)
+    torch.nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=g)
+    bound = 1 / math.sqrt(dim)
+    b = torch.empty(nclasses).uniform_(-bound, bound, generator=g)
+    return w, b
+
+
+class _Batched:
+    """Per-slice Adam/RMSprop state and update, matching torch.optim with default hyper-parameters."""
+
+    def __init__(self, optim: str, params: list[torch.Tensor]):
+        if optim not in ("adam", "rmsprop"):
+            raise ValueError(f"unsupported classifier optimizer {optim!r}; SentEval's configs use adam/rmsprop")
+        self.optim = optim
+        self.params = params
+        self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+        self.steps = torch.zeros(params[0].shape[0], dtype=torch.float64, device=params[0].device)
+
+    def step(self, grads: list[torch.Tensor], l2: torch.Tensor, stepping: torch.Tensor) -> None:
+        self.steps += stepping.to(torch.float64)
+        for p, g, (s1, s2) in zip(self.params, grads, self.state):
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            on = stepping.view(shape)
+            g = g + l2.view(shape) * p
+            if self.optim == "adam":  # lr 1e-3, betas (0.9, 0.999), eps 1e-8
+                s1.copy_(torch.where(on, s1.lerp(g, 0.1), s1))
+                s2.copy_(torch.where(on, s2 * 0.999 + g * g * 0.001, s2))
+                t = self.steps.clamp(min=1)
+                step_size = (1e-3 / (1 - 0.9 ** t)).to(p.dtype).view(shape)
+                c2_sqrt = (1 - 0.999 ** t).sqrt().to(p.dtype).view(shape)
+                update = step_size * s1 / (s2.sqrt() / c2_sqrt + 1e-8)
+            else:  # lr 1e-2, alpha 0.99, eps 1e-8
+                s1.copy_(torch.where(on, s1 * 0.99 + g * g * 0.01, s1))
+                update = 1e-2 * g / (s1.sqrt() + 1e-8)
+            p.sub_(torch.where(on, update, torch.zeros_like(update)))
+
+
+def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, max(len(r) for r in rows))
+    idx = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=bool)
+    for i, r in enumerate(rows):
+        idx[i, :len(r)] = r
+        mask[i, :len(r)] = True
+    return torch.from_numpy(idx), torch.from_numpy(mask)
+
+
+def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, cfg: ClassifierConfig,
+             seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Train every fit; returns the best-on-validation weights (M, C, D), biases (M, C) and validation
+    accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model."""
+    device = X.device
+    M = len(fits)
+    # Each fit's RandomState starts at `seed` (SentEval re-seeds per model) and first draws the validation split,
+    # if any, then one permutation per pass. Fits with the same training size and split rule therefore draw
+    # identical permutations, and one RandomState serves each such group.
+    rngs: dict[tuple, np.random.RandomState] = {}
+    split_perms: dict[tuple, np.ndarray] = {}
+    train_rows, valid_rows, group_of = [], [], []
+    for f in fits:
+        key = (len(f.train), f.valid_split)
+        if key not in rngs:
+            rngs[key] = np.random.RandomState(seed)
+            if f.valid_split is not None:
+                split_perms[key] = rngs[key].permutation(len(f.train))
+        if f.valid_split is not None:
+            perm, cut = split_perms[key], int(f.valid_split * len(f.train))
+            train_rows.append(f.train[perm[cut:]])
+            valid_rows.append(f.train[perm[:cut]])
+        else:
+            train_rows.append(f.train)
+            valid_rows.append(f.valid)
+        group_of.append(key)
+    keys = list(dict.fromkeys(group_of))
+    members = [np.array([i for i, k in enumerate(group_of) if k == key]) for key in keys]
+
+    w0, b0 = initial_weights(X.shape[1], nclasses, seed)
+    W = w0.to(device).repeat(M, 1, 1)
+    B = b0.to(device).repeat(M, 1)
+    best_W, best_B = W.clone(), B.clone()
+    opt = _Batched(cfg.optim, [W, B])
+    l2 = torch.tensor([f.l2 for f in fits], dtype=X.dtype, device=device)
+    v_idx, v_mask = (t.to(device) for t in _pad(valid_rows))
+    v_n = v_mask.sum(1).to(torch.float64)
+    y_valid = y[v_idx]
+
+    best = np.full(M, -1.0)
+    strikes = np.zeros(M, dtype=int)
+    active = np.ones(M, dtype=bool)
+    nepoch = 0
+    bs = cfg.batch_size
+    while active.any() and nepoch <= cfg.max_epoch:
+        for _ in range(cfg.epoch_size):
+            orders = [None] * M
+            for key, idx in zip(keys, members):
+                perm = rngs[key].permutation(len(train_rows[idx[0]]))
+                for i in idx:
+                    orders[i] = train_rows[i][perm]
+            o_idx, o_mask = (t.to(device) for t in _pad(orders))
+            run = torch.from_numpy(active).to(device)
+            for s in range(0, o_idx.shape[1], bs):
+                idx, mask = o_idx[:, s:s + bs], o_mask[:, s:s + bs]
+                count = mask.sum(1)
+                stepping = run & (count > 0)
+                xb = X[idx]  # (M, b, D)
+                logits = torch.baddbmm(B.unsqueeze(1), xb, W.transpose(1, 2))
+                grad = torch.softmax(logits, -1)
+                grad.scatter_add_(-1, y[idx].unsqueeze(-1), -torch.ones_like(grad[..., :1]))
+                grad *= (mask / count.clamp(min=1).unsqueeze(1)).unsqueeze(-1).to(grad.dtype)
+                opt.step([torch.bmm(grad.transpose(1, 2), xb), grad.sum(1)], l2, stepping)
+        nepoch += cfg.epoch_size
+        # validation accuracy of every slice: one GEMM over all rows, then each slice's rows
+        pred = (X @ W.reshape(-1, X.shape[1]).T + B.reshape(1, -1)).view(len(X), M, nclasses).argmax(-1)
+        correct = ((pred.T.gather(1, v_idx) == y_valid) & v_mask).sum(1)
+        acc = (correct.to(torch.float64) / v_n).cpu().numpy()
+        improved = active & (acc > best)
+        if improved.any():
+            sel = torch.from_numpy(improved).to(device)
+            best_W[sel], best_B[sel] = W[sel], B[sel]
+            best[improved] = acc[improved]
+        worse = active & ~improved
+        active[worse & (strikes >= cfg.tenacity)] = False
+        strikes[worse] += 1
+    return best_W, best_B, best
+
+
+def predict(X: torch.Tensor, W: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """(M, N) class predictions of each slice on rows X (N, D)."""
+    return (torch.einsum("nd,mcd->mnc", X, W) + B.unsqueeze(1)).argmax(-1)

@@ -1,0 +1,111 @@
+"""Sentence encoding for evaluation: poolers, length-sorted batches, one encoding per distinct sentence."""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+#: name -> (needs hidden states, description). The pooler is part of every result; it is never guessed.
+POOLERS = {
+    "cls": "[CLS] through the model's pooler (pooler_output: BERT's NSP pooler, or a SimCSE MLP after conversion)",
+    "cls_before_pooler": "raw [CLS] of the last layer (unsupervised SimCSE/DiffCSE at test time)",
+    "avg": "mean of the last layer over non-padding tokens",
+    "avg_top2": "mean over tokens of the average of the last two layers",
+    "avg_first_last": "mean over tokens of (first transformer layer + last layer) / 2: hidden_states[1], as "
+                      "SimCSE's evaluation.py since 2022-01",
+    "avg_emb_last": "mean over tokens of (embedding output + last layer) / 2: hidden_states[0], what DiffCSE, SCD "
+                    "and ESimCSE's evaluation.py call avg_first_last",
+}
+
+
+def check_pooler(pooler: str) -> str:
+    if pooler not in POOLERS:
+        raise ValueError(f"unknown pooler {pooler!r}; choose one of: {', '.join(POOLERS)}")
+    return pooler
+
+
+def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1)
+
+
+def pool(outputs, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
+    """The SimCSE-family poolers on a transformers model output (with hidden states where needed)."""
+    if pooler == "cls":
+        if getattr(outputs, "pooler_output", None) is None:
+            raise ValueError("pooler 'cls' needs the model's pooler layer, and this model has none "
+                             "(add_pooling_layer=False); use 'cls_before_pooler'")
+        return outputs.pooler_output
+    if pooler == "cls_before_pooler":
+        return outputs.last_hidden_state[:, 0]
+    if pooler == "avg":
+        return _masked_mean(outputs.last_hidden_state, attention_mask)
+    hs = outputs.hidden_states
+    pairs = {"avg_top2": (hs[-2], hs[-1]), "avg_first_last": (hs[1], hs[-1]), "avg_emb_last": (hs[0], hs[-1])}
+    first, last = pairs[check_pooler(pooler)]
+    return _masked_mean((first + last) / 2.0, attention_mask)
+
+
+class Encoder:
+    """Encodes sentences with a model and a pooler, each distinct sentence once (embeddings are kept until
+    `clear()`), in batches of similar length, without truncation unless max_length is given (as SentEval).
+    AMP (bf16 where supported, else fp16) is used on CUDA unless amp=False."""
+
+    def __init__(self, model, tokenizer, pooler: str, *, batch_size: int = 128, max_length: int | None = None,
+                 device: str | torch.device | None = None, amp: bool | None = None, progress: bool = True):
+        self.pooler = check_pooler(pooler)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.amp = (self.device.type == "cuda") if amp is None else amp
+        self.progress = progress
+        self.seconds = 0.0  # time spent encoding (tokenization included)
+        self._cache: dict[str, np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return self.model.config.hidden_size
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def _autocast(self):
+        if not self.amp or self.device.type != "cuda":
+            return nullcontext()
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.autocast("cuda", dtype=dtype)
+
+    def _encode_new(self, sentences: list[str]) -> None:
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        ids = self.tokenizer(sentences, add_special_tokens=True, truncation=self.max_length is not None,
+                             max_length=self.max_length)["input_ids"]
+        order = np.argsort([-len(x) for x in ids], kind="stable")  # longest first: memory errors show up at once
+        need_hidden = self.pooler not in ("cls", "cls_before_pooler", "avg")
+        with torch.inference_mode(), self._autocast(), tqdm(total=len(sentences), unit="sent", desc="encoding",
+                                                           disable=not self.progress) as bar:
+            for i in range(0, len(order), self.batch_size):
+                chunk = order[i:i + self.batch_size]
+                batch = self.tokenizer.pad({"input_ids": [ids[j] for j in chunk]}, return_tensors="pt")
+                batch = {k: v.to(self.device) for k, v in batch.items()}
+                out = self.model(**batch, output_hidden_states=need_hidden, return_dict=True)
+                emb = pool(out, batch["attention_mask"], self.pooler).float().cpu().numpy()
+                for j, row in zip(chunk, emb):
+                    self._cache[sentences[j]] = row
+                bar.update(len(chunk))
+        self.seconds += time.perf_counter() - start
+
+    def encode(self, sentences) -> np.ndarray:
+        """(len(sentences), dim) float32; sentences already encoded are not encoded again."""
+        new = list(dict.fromkeys(s for s in sentences if s not in self._cache))
+        if new:
+            self._encode_new(new)
+        if not len(sentences):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._cache[s] for s in sentences])

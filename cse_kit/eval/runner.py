@@ -1,0 +1,95 @@
+"""`cse-kit eval`: STS and transfer results in the shape the papers report, with timings and environment."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..data import STS_TASKS, TRANSFER_TASKS
+from ..environment import describe
+from .encode import Encoder
+from .sts import STS_YEARS, evaluate_sts_task, headline, sts_pairs
+from .transfer import evaluate_transfer_task, load_task
+
+MODES = ("dev", "test", "fasttest")
+TASK_SETS = {"sts": STS_TASKS, "transfer": TRANSFER_TASKS, "all": STS_TASKS + TRANSFER_TASKS}
+
+
+def parse_tasks(spec: str) -> tuple[str, ...]:
+    """`sts`, `transfer`, `all`, or a comma-separated list of task names."""
+    if spec in TASK_SETS:
+        return TASK_SETS[spec]
+    names = tuple(t.strip() for t in spec.split(",") if t.strip())
+    unknown = [t for t in names if t not in TASK_SETS["all"]]
+    if unknown or not names:
+        raise ValueError(f"unknown task(s) {', '.join(unknown) or spec!r}; use sts, transfer, all, or names from "
+                         f"{', '.join(TASK_SETS['all'])}")
+    return names
+
+
+def evaluate(encoder: Encoder, tasks="all", mode: str = "test", data_dir=None, seed: int = 1111,
+             model_name: str | None = None) -> dict:
+    """Evaluate an encoder. Every distinct sentence of every task is encoded once, up front."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    tasks = parse_tasks(tasks) if isinstance(tasks, str) else tuple(tasks)
+    start = time.perf_counter()
+    sts_tasks = [t for t in tasks if t in STS_TASKS and not (mode == "dev" and t in STS_YEARS)]
+    transfer_tasks = [t for t in tasks if t in TRANSFER_TASKS]
+    sts_inputs = {t: sts_pairs(t, mode, data_dir) for t in sts_tasks}
+    transfer_inputs = {t: load_task(t, data_dir) for t in transfer_tasks}
+    sentences = [s for ps in sts_inputs.values() for split in ps.values() for p in split for s in (p.sent1, p.sent2)]
+    sentences += [s for d in transfer_inputs.values() for s in d.sentences()]
+    encoder.encode(sentences)
+    encoded = time.perf_counter()
+
+    split = "dev" if mode == "dev" else "test"
+    sts = {t: evaluate_sts_task(encoder, t, sts_inputs[t]) for t in sts_tasks}
+    if sts:
+        sts["avg"] = float(np.mean([headline(t, sts[t], split) for t in sts_tasks]))
+    scored = time.perf_counter()
+    transfer = {t: evaluate_transfer_task(encoder, transfer_inputs[t], mode, seed) for t in transfer_tasks}
+    if transfer:
+        key = "devacc" if mode == "dev" else "acc"
+        transfer["avg"] = float(np.mean([transfer[t][key] for t in transfer_tasks]))
+    end = time.perf_counter()
+    distinct = len(set(sentences))
+    return {
+        "model": model_name, "pooler": encoder.pooler, "mode": mode, "seed": seed, "sts": sts, "transfer": transfer,
+        "timings": {"encode_s": encoder.seconds, "prepare_s": encoded - start - encoder.seconds,
+                    "sts_s": scored - encoded,
+                    "transfer_classifier_s": sum(r["seconds"]["classifier"] for k, r in transfer.items() if k != "avg"),
+                    "total_s": end - start, "distinct_sentences": distinct,
+                    "sentences_per_s": distinct / encoder.seconds if encoder.seconds else None},
+        "environment": describe(encoder.device),
+    }
+
+
+def _table(names: list[str], values: list[float]) -> str:
+    widths = [max(len(n), 6) for n in names]
+    head = " | ".join(n.rjust(w) for n, w in zip(names, widths))
+    row = " | ".join(f"{v:.2f}".rjust(w) for v, w in zip(values, widths))
+    return f"{head}\n{row}"
+
+
+def format_tables(result: dict) -> str:
+    """Paper-style tables (2 decimals; the JSON keeps the unrounded numbers)."""
+    mode = result["mode"]
+    split = "dev" if mode == "dev" else "test"
+    lines = [f"model {result['model']}  pooler {result['pooler']}  mode {mode}"]
+    sts = {k: v for k, v in result["sts"].items() if k != "avg"}
+    if sts:
+        names = [t for t in STS_TASKS if t in sts]
+        lines += [f"STS ({'Spearman x100; STS12-16 `all`' if mode != 'dev' else 'dev Spearman x100'})",
+                  _table(names + ["Avg."], [headline(t, sts[t], split) for t in names] + [result["sts"]["avg"]])]
+    tr = {k: v for k, v in result["transfer"].items() if k != "avg"}
+    if tr:
+        key = "devacc" if mode == "dev" else "acc"
+        names = [t for t in TRANSFER_TASKS if t in tr]
+        lines += [f"Transfer ({'dev ' if mode == 'dev' else ''}accuracy)",
+                  _table(names + ["Avg."], [tr[t][key] for t in names] + [result["transfer"]["avg"]])]
+    t = result["timings"]
+    lines.append(f"encoded {t['distinct_sentences']} distinct sentences in {t['encode_s']:.1f} s; "
+                 f"transfer classifiers {t['transfer_classifier_s']:.1f} s; total {t['total_s']:.1f} s")
+    return "\n".join(lines)

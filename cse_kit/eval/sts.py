@@ -1,0 +1,81 @@
+"""STS evaluation as SimCSE's SentEval fork computes it: cosine similarity against gold scores, Spearman and
+Pearson ×100 (unrounded), with the `all` (concatenate subsets, one correlation), `mean` and `wmean` aggregations
+for STS12-16, and unsupervised cosine on the dev/test splits of STS-B and SICK-R."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+
+from ..data import StsPair, load_sts
+
+STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
+SPLIT_TASKS = ("STSBenchmark", "SICKRelatedness")
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine, NaN (zero vectors) mapped to 0 as SentEval does."""
+    a = np.nan_to_num(a.astype(np.float64))
+    b = np.nan_to_num(b.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sims = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return np.nan_to_num(sims)
+
+
+def correlations(sys_scores, gold) -> dict:
+    return {"spearman": 100 * float(spearmanr(sys_scores, gold)[0]),
+            "pearson": 100 * float(pearsonr(sys_scores, gold)[0])}
+
+
+def aggregate(sims: np.ndarray, gold: np.ndarray, subsets: list[str]) -> dict:
+    """Per-subset correlations and the three aggregations over them."""
+    names = list(dict.fromkeys(subsets))
+    subsets = np.asarray(subsets)
+    per = {}
+    for name in names:
+        sel = subsets == name
+        per[name] = {**correlations(sims[sel], gold[sel]), "n": int(sel.sum())}
+    weights = np.array([per[n]["n"] for n in names], dtype=float)
+    out = {"all": correlations(sims, gold)}
+    for agg, w in (("mean", None), ("wmean", weights)):
+        out[agg] = {m: float(np.average([per[n][m] for n in names], weights=w)) for m in ("spearman", "pearson")}
+    out["n"] = int(len(gold))
+    out["subsets"] = per
+    return out
+
+
+def pair_scores(encoder, pairs: list[StsPair]) -> tuple[np.ndarray, np.ndarray]:
+    a = encoder.encode([p.sent1 for p in pairs])
+    b = encoder.encode([p.sent2 for p in pairs])
+    return cosine_rows(a, b), np.array([p.score for p in pairs])
+
+
+def sts_pairs(task: str, mode: str, data_dir=None) -> dict[str, list[StsPair]]:
+    """The pairs a task needs in a mode, keyed by split: STS12-16 test; STS-B/SICK-R dev (+ test unless dev)."""
+    if task in STS_YEARS:
+        return {"test": load_sts(task, data_dir=data_dir)}
+    if task not in SPLIT_TASKS:
+        raise ValueError(f"{task} is not an STS task; choose from {', '.join(STS_YEARS + SPLIT_TASKS)}")
+    splits = ("dev",) if mode == "dev" else ("dev", "test")
+    return {s: load_sts(task, s, data_dir) for s in splits}
+
+
+def evaluate_sts_task(encoder, task: str, pairs: dict[str, list[StsPair]]) -> dict:
+    if task in STS_YEARS:
+        ps = pairs["test"]
+        sims, gold = pair_scores(encoder, ps)
+        return aggregate(sims, gold, [p.subset for p in ps])
+    out = {}
+    for split, ps in pairs.items():
+        sims, gold = pair_scores(encoder, ps)
+        out[split] = {**correlations(sims, gold), "n": len(ps)}
+    return out
+
+
+def headline(task: str, result: dict, split: str = "test") -> float:
+    """The number the papers report: `all` Spearman for STS12-16, test (or dev) Spearman for STS-B/SICK-R."""
+    return result["all"]["spearman"] if task in STS_YEARS else result[split]["spearman"]
+
+
+__all__ = ["STS_YEARS", "SPLIT_TASKS", "aggregate", "correlations", "cosine_rows", "evaluate_sts_task",
+           "headline", "pair_scores", "sts_pairs"]

@@ -1,0 +1,164 @@
+"""Evaluation building blocks on hand-made data with known answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from cse_kit.eval import Encoder, aggregate, alignment, cosine_rows, uniformity
+from cse_kit.eval.classifier import CONFIGS, Fit, fit_many, initial_weights
+
+
+def test_all_mean_wmean_differ_and_follow_their_definitions():
+    gold = np.array([0, 1, 2, 3, 4, 5, 0, 1, 2, 3.0])
+    sims = np.array([.1, .2, .3, .4, .6, .5, .9, .8, .7, .6])
+    subsets = ["a"] * 6 + ["b"] * 4
+    r = aggregate(sims, gold, subsets)
+    a = 100 * spearmanr(sims[:6], gold[:6])[0]
+    b = 100 * spearmanr(sims[6:], gold[6:])[0]
+    assert r["subsets"]["a"]["spearman"] == pytest.approx(a) and r["subsets"]["b"]["spearman"] == pytest.approx(-100)
+    assert r["mean"]["spearman"] == pytest.approx((a + b) / 2)
+    assert r["wmean"]["spearman"] == pytest.approx((6 * a + 4 * b) / 10)
+    assert r["all"]["spearman"] == pytest.approx(100 * spearmanr(sims, gold)[0])
+    assert len({round(r[k]["spearman"], 6) for k in ("all", "mean", "wmean")}) == 3
+    assert r["n"] == 10
+
+
+def test_cosine_maps_zero_vectors_to_zero():
+    a = np.array([[1.0, 0], [0, 0], [1, 1]])
+    b = np.array([[1.0, 0], [1, 0], [-1, -1]])
+    assert cosine_rows(a, b).tolist() == pytest.approx([1.0, 0.0, -1.0])
+
+
+def _reference_outputs(model, tokenizer, sentences):
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch, output_hidden_states=True)
+    return out, batch["attention_mask"].unsqueeze(-1).float()
+
+
+@pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_emb_last"])
+def test_each_pooler_on_a_tiny_model(tiny_bert, pooler):
+    tokenizer, model = tiny_bert
+    sentences = ["a man is playing a guitar .", "two dogs run", "hello"]
+    out, m = _reference_outputs(model, tokenizer, sentences)
+    hs = out.hidden_states
+    avg = lambda h: (h * m).sum(1) / m.sum(1)  # noqa: E731
+    expected = {"cls": out.pooler_output, "cls_before_pooler": out.last_hidden_state[:, 0],
+                "avg": avg(hs[-1]), "avg_top2": avg((hs[-2] + hs[-1]) / 2),
+                "avg_first_last": avg((hs[1] + hs[-1]) / 2), "avg_emb_last": avg((hs[0] + hs[-1]) / 2)}[pooler]
+    got = Encoder(model, tokenizer, pooler, batch_size=2, progress=False).encode(sentences)
+    assert np.allclose(got, expected.numpy(), atol=1e-5)  # batches of 2 sorted by length: padding does not matter
+    others = [p for p in ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_emb_last") if p != pooler]
+    for other in others:
+        assert not np.allclose(got, Encoder(model, tokenizer, other, progress=False).encode(sentences), atol=1e-4)
+
+
+def test_encoder_encodes_each_distinct_sentence_once(tiny_bert):
+    tokenizer, model = tiny_bert
+    calls = []
+    hook = model.register_forward_hook(lambda m, i, o: calls.append(1))
+    enc = Encoder(model, tokenizer, "avg", batch_size=64, progress=False)
+    first = enc.encode(["b", "a", "b", "c"])
+    again = enc.encode(["c", "a"])
+    hook.remove()
+    assert len(calls) == 1 and np.array_equal(again, first[[3, 1]]) and np.array_equal(first[0], first[2])
+
+
+def test_cls_pooler_without_a_pooler_layer_says_what_to_use(minilm):
+    from transformers import BertModel
+
+    model = BertModel(minilm[1].config, add_pooling_layer=False)
+    with pytest.raises(ValueError, match="use 'cls_before_pooler'"):
+        Encoder(model, minilm[0], "cls", progress=False).encode(["x"])
+    with pytest.raises(ValueError, match="unknown pooler 'mean'"):
+        Encoder(model, minilm[0], "mean")
+
+
+def test_alignment_and_uniformity_known_values():
+    e = np.eye(4)
+    assert alignment(e, e) == 0.0
+    assert alignment(e, np.roll(e, 1, axis=0)) == pytest.approx(2.0)  # orthogonal unit vectors: ||x - y||^2 = 2
+    # 4 orthonormal vectors: every pair at squared distance 2 -> log exp(-4) = -4
+    assert uniformity(e) == pytest.approx(-4.0)
+    # antipodal pair: squared distance 4 -> -8; scale does not matter (normalised)
+    assert uniformity(np.array([[3.0, 0], [-1.0, 0]])) == pytest.approx(-8.0)
+
+
+def test_retrieval_recall_on_a_constructed_set(monkeypatch):
+    from cse_kit.data import StsPair
+    from cse_kit.eval import geometry
+
+    # 4 pairs, two with gold 5. Slots: q0 q1 x z | t0 t1 y w.
+    vecs = {"q0": [1, 0, 0], "t0": [.99, .1, 0], "q1": [0, 1, 0], "t1": [0, .5, .5], "x": [0, .9, .2],
+            "y": [0, .9, .3], "z": [0, 0, -1], "w": [-1, 0, 0]}
+    pairs = [StsPair("q0", "t0", 5.0, "test"), StsPair("q1", "t1", 5.0, "test"), StsPair("x", "y", 1.0, "test"),
+             StsPair("z", "w", 2.0, "test")]
+    monkeypatch.setattr(geometry, "load_sts", lambda *a, **k: pairs)
+
+    class Fixed:
+        def encode(self, sentences):
+            return np.array([vecs[s] for s in sentences], dtype=float)
+
+    r = geometry.retrieval_recall(Fixed(), ks=(1, 2, 3))
+    assert (r["n_pairs"], r["n_queries"], r["pool"]) == (2, 4, 8)
+    # q0 -> t0 and t0 -> q0 are nearest (rank 0); for q1 -> t1 and t1 -> q1, x and y are nearer (rank 2)
+    assert (r["recall@1"], r["recall@2"], r["recall@3"]) == pytest.approx((50.0, 50.0, 100.0))
+
+
+def _sentevals_own_fit(X, y, train, valid, l2, cfg, seed, nclasses):
+    """SentEval's PyTorchClassifier.fit for one model, with torch.optim and the global RNGs, as it is written."""
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(X.shape[1], nclasses)
+    opt_cls = torch.optim.Adam if cfg.optim == "adam" else torch.optim.RMSprop
+    opt = opt_cls(model.parameters(), weight_decay=l2)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    Xt, yt, Xv, yv = X[train], y[train], X[valid], y[valid]
+    best, strikes, nepoch, stop = -1, 0, 0, False
+    while not stop and nepoch <= cfg.max_epoch:
+        for _ in range(cfg.epoch_size):
+            perm = np.random.permutation(len(Xt))
+            for i in range(0, len(Xt), cfg.batch_size):
+                idx = torch.from_numpy(perm[i:i + cfg.batch_size])
+                loss = loss_fn(model(Xt[idx]), yt[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        nepoch += cfg.epoch_size
+        with torch.no_grad():
+            acc = (model(Xv).argmax(1) == yv).double().mean().item()
+        if acc > best:
+            best = acc
+        else:
+            if strikes >= cfg.tenacity:
+                stop = True
+            strikes += 1
+    return best, nepoch
+
+
+@pytest.mark.parametrize("mode", ["test", "fasttest"])
+def test_batched_classifier_matches_sentevals_sequential_training(mode):
+    rng = np.random.RandomState(0)
+    n, d = 600, 16
+    X = torch.from_numpy(rng.randn(n, d).astype(np.float32))
+    y = torch.from_numpy((X[:, 0] + 0.8 * rng.randn(n).astype(np.float32) > 0).long().numpy())
+    cfg = CONFIGS[mode]
+    folds = [(np.arange(0, 480), np.arange(480, 600)), (np.arange(120, 600), np.arange(0, 120)),
+             (np.arange(0, 479), np.arange(479, 600))]  # one fold one row shorter: its own permutation stream
+    fits = [Fit(tr, l2, valid=va) for l2 in (1e-5, 1e-2) for tr, va in folds]
+    _, _, acc = fit_many(X, y, fits, 2, cfg, 1111)
+    for f, a in zip(fits, acc):
+        ref, _ = _sentevals_own_fit(X, y, f.train, f.valid, f.l2, cfg, 1111, 2)
+        assert a == pytest.approx(ref, abs=1.5 / len(f.valid))  # at most one validation example apart
+
+
+def test_initial_weights_equal_a_seeded_nn_linear():
+    w, b = initial_weights(384, 6, 1111)
+    with torch.random.fork_rng():
+        torch.manual_seed(1111)
+        lin = torch.nn.Linear(384, 6)
+    assert torch.equal(w, lin.weight.data) and torch.equal(b, lin.bias.data)
+    assert math.isclose(float(w.abs().max()), 1 / math.sqrt(384), rel_tol=0.01)
