@@ -162,3 +162,16 @@ def test_initial_weights_equal_a_seeded_nn_linear():
         lin = torch.nn.Linear(384, 6)
     assert torch.equal(w, lin.weight.data) and torch.equal(b, lin.bias.data)
     assert math.isclose(float(w.abs().max()), 1 / math.sqrt(384), rel_tol=0.01)
+
+
+def test_batched_classifier_with_shared_training_rows_matches_sequential_training():
+    """SST2's pattern: the same train/valid rows, one slice per L2 value (the single-gather path)."""
+    rng = np.random.RandomState(1)
+    X = torch.from_numpy(rng.randn(500, 12).astype(np.float32))
+    y = torch.from_numpy(rng.randint(0, 3, 500))
+    train, valid = np.arange(400), np.arange(400, 500)
+    fits = [Fit(train, l2, valid=valid) for l2 in (1e-5, 1e-4, 1e-3, 1e-2)]
+    _, _, acc = fit_many(X, y, fits, 3, CONFIGS["fasttest"], 1111)
+    for f, a in zip(fits, acc):
+        ref, _ = _sentevals_own_fit(X, y, train, valid, f.l2, CONFIGS["fasttest"], 1111, 3)
+        assert a == pytest.approx(ref, abs=1.5 / len(valid))

@@ -23,7 +23,8 @@ def parse_tasks(spec: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in spec.split(",") if t.strip())
     unknown = [t for t in names if t not in TASK_SETS["all"]]
     if unknown or not names:
-        raise ValueError(f"unknown task(s) {', '.join(unknown) or spec!r}; use sts, transfer, all, or names from "
+        bad = ", ".join(unknown) if unknown else repr(spec)
+        raise ValueError(f"unknown task(s) {bad}; use sts, transfer, all, or names from "
                          f"{', '.join(TASK_SETS['all'])}")
     return names
 

@@ -1,0 +1,60 @@
+"""End to end on the real shared data with all-MiniLM-L6-v2, against numbers measured with the original protocol.
+
+Reference values: SimCSE's SentEval fork + its evaluation.py batcher (avg pooler), run outside this project on the
+same files and model (docs/evaluation.md says how)."""
+
+import json
+
+import pytest
+
+from cse_kit.cli import main
+from cse_kit.eval import DevEvaluator, Encoder, evaluate, load_task
+from cse_kit.eval.transfer import evaluate_transfer_task
+
+ORIGINAL_STSB_DEV_AVG = 86.7170  # original SentEval, STS-B dev Spearman x100, all-MiniLM-L6-v2, avg pooler
+ORIGINAL_CR_FASTTEST = (82.98, 82.07)  # original SentEval fasttest devacc/acc on the same CR embeddings
+
+
+def test_cli_stsb_dev_matches_the_original_protocol(data_dir, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(["eval", "--model", "all-MiniLM-L6-v2", "--pooler", "avg", "--tasks", "STSBenchmark", "--mode", "dev",
+               "--data-dir", str(data_dir), "--output", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "STSBenchmark" in printed and "pooler avg" in printed
+    r = json.loads(out.read_text())
+    assert (r["model"], r["pooler"], r["mode"]) == ("all-MiniLM-L6-v2", "avg", "dev")
+    assert r["sts"]["STSBenchmark"]["dev"]["n"] == 1500 and "test" not in r["sts"]["STSBenchmark"]
+    assert r["sts"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(ORIGINAL_STSB_DEV_AVG, abs=0.01)
+    assert r["environment"]["device"] == "cpu" and r["timings"]["distinct_sentences"] > 2500
+
+
+def test_dev_evaluator_gives_the_same_number_and_restores_train_mode(data_dir, minilm):
+    tokenizer, model = minilm
+    model.train()
+    dev = DevEvaluator(tokenizer, "avg", data_dir)
+    r = dev(model)
+    assert model.training
+    assert r["stsb_spearman"] == pytest.approx(ORIGINAL_STSB_DEV_AVG, abs=0.01)
+    model.eval()
+
+
+def test_transfer_cr_fasttest_equals_the_original(data_dir, minilm):
+    enc = Encoder(minilm[1], minilm[0], "avg", progress=False)
+    r = evaluate_transfer_task(enc, load_task("CR", data_dir), "fasttest")
+    assert (r["devacc"], r["acc"]) == ORIGINAL_CR_FASTTEST
+    assert (r["ndev"], r["ntest"]) == (3775, 3775)
+
+
+def test_bad_arguments_fail_before_any_work(capsys):
+    assert main(["eval", "--model", "all-MiniLM-L6-v2", "--pooler", "avg", "--tasks", "STS17"]) == 2
+    assert "unknown task(s) STS17" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_all_tasks_fasttest(data_dir, minilm):
+    enc = Encoder(minilm[1], minilm[0], "avg", progress=False)
+    r = evaluate(enc, "all", "fasttest", data_dir)
+    assert set(r["sts"]) == {"STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"}
+    assert set(r["transfer"]) == {"MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "avg"}
+    assert 70 < r["sts"]["avg"] < 90 and 75 < r["transfer"]["avg"] < 95
