@@ -2,7 +2,7 @@
 
   python bench/eval_speed.py sts       # 7-task STS test eval vs a bare transformers encoding loop
   python bench/eval_speed.py dev       # the training-loop dev evaluator (STS-B dev), seconds per call
-  python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test]
+  python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test] [--tasks MR,CR]
                                        # classifier time vs the original SentEval on the same embeddings
 
 Prints medians over --repeats runs (alternating the two sides, so machine noise hits both alike).
@@ -70,7 +70,7 @@ def bench_transfer(tokenizer, model, args):
     senteval = load_original_senteval(args.senteval)
     data_dir = resolve_data_dir(args.data_dir)
     enc = Encoder(model, tokenizer, "avg", progress=False)
-    tasks = {t: load_task(t, data_dir) for t in TRANSFER_TASKS}
+    tasks = {t: load_task(t, data_dir) for t in args.tasks.split(",")}
     t = time.perf_counter()
     enc.encode([s for d in tasks.values() for s in d.sentences()])
     print(f"encoding all transfer sentences: {time.perf_counter() - t:.1f} s")
@@ -109,6 +109,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--senteval", help="path of a SentEval checkout (its folder holding senteval/)")
     p.add_argument("--modes", default="fasttest,test")
+    p.add_argument("--tasks", default=",".join(TRANSFER_TASKS), help="transfer tasks to time")
     args = p.parse_args()
     tokenizer, model = load_model("all-MiniLM-L6-v2")
     model.eval()
