@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-#: name -> (needs hidden states, description). The pooler is part of every result; it is never guessed.
+#: name -> what it reads off the model. The pooler is part of every result; it is never guessed.
 POOLERS = {
     "cls": "[CLS] through the model's pooler (pooler_output: BERT's NSP pooler, or a SimCSE MLP after conversion)",
     "cls_before_pooler": "raw [CLS] of the last layer (unsupervised SimCSE/DiffCSE at test time)",

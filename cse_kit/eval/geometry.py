@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..data import load_sts
+from .sts import pair_scores
 
 #: Gold-score groups of DiffCSE Figure 2.
 GOLD_BINS = ((0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 4.0), (4.0, 5.0))
@@ -43,8 +44,6 @@ def align_uniform(encoder, data_dir=None, positive_threshold: float = 4.0) -> di
 
 def similarity_by_gold_bin(encoder, data_dir=None, bins=GOLD_BINS) -> dict:
     """Cosine similarity of every STS-B test pair, grouped by gold score (the last bin includes its upper edge)."""
-    from .sts import pair_scores
-
     pairs = load_sts("STSBenchmark", "test", data_dir)
     sims, gold = pair_scores(encoder, pairs)
     out = {}
