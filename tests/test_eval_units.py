@@ -108,11 +108,15 @@ def test_retrieval_recall_on_a_constructed_set(monkeypatch):
     assert (r["recall@1"], r["recall@2"], r["recall@3"]) == pytest.approx((50.0, 50.0, 100.0))
 
 
-def _sentevals_own_fit(X, y, train, valid, l2, cfg, seed, nclasses):
+def _sentevals_own_fit(X, y, train, valid, l2, cfg, seed, nclasses, valid_split=None):
     """SentEval's PyTorchClassifier.fit for one model, with torch.optim and the global RNGs, as it is written."""
     np.random.seed(seed)
     torch.manual_seed(seed)
     model = torch.nn.Linear(X.shape[1], nclasses)
+    if valid_split is not None:  # SentEval's prepare_split: the first draw of the seeded global RandomState
+        perm = np.random.permutation(len(train))
+        cut = int(valid_split * len(train))
+        train, valid = train[perm[cut:]], train[perm[:cut]]
     opt_cls = torch.optim.Adam if cfg.optim == "adam" else torch.optim.RMSprop
     opt = opt_cls(model.parameters(), weight_decay=l2)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -139,8 +143,10 @@ def _sentevals_own_fit(X, y, train, valid, l2, cfg, seed, nclasses):
     return best, nepoch
 
 
-@pytest.mark.parametrize("mode", ["test", "fasttest"])
-def test_batched_classifier_matches_sentevals_sequential_training(mode):
+@pytest.mark.parametrize("mode,odd_one", [("test", False), ("fasttest", False), ("fasttest", True)])
+def test_batched_classifier_matches_sentevals_sequential_training(mode, odd_one):
+    """Fold grids and validation-split refits batched together; `odd_one` makes the row groups unequal, which
+    takes the one-fit-per-group path."""
     rng = np.random.RandomState(0)
     n, d = 600, 16
     X = torch.from_numpy(rng.randn(n, d).astype(np.float32))
@@ -149,10 +155,13 @@ def test_batched_classifier_matches_sentevals_sequential_training(mode):
     folds = [(np.arange(0, 480), np.arange(480, 600)), (np.arange(120, 600), np.arange(0, 120)),
              (np.arange(0, 479), np.arange(479, 600))]  # one fold one row shorter: its own permutation stream
     fits = [Fit(tr, l2, valid=va) for l2 in (1e-5, 1e-2) for tr, va in folds]
+    fits += [Fit(np.arange(n), l2, valid_split=0.05) for l2 in (1e-5, 1e-2)]
+    fits += [Fit(np.arange(300), 1e-3, valid=np.arange(300, 400))] if odd_one else []
     _, _, acc = fit_many(X, y, fits, 2, cfg, 1111)
     for f, a in zip(fits, acc):
-        ref, _ = _sentevals_own_fit(X, y, f.train, f.valid, f.l2, cfg, 1111, 2)
-        assert a == pytest.approx(ref, abs=1.5 / len(f.valid))  # at most one validation example apart
+        ref, _ = _sentevals_own_fit(X, y, f.train, f.valid, f.l2, cfg, 1111, 2, f.valid_split)
+        nvalid = len(f.valid) if f.valid is not None else int(0.05 * n)
+        assert a == pytest.approx(ref, abs=1.5 / nvalid)  # at most one validation example apart
 
 
 def test_initial_weights_equal_a_seeded_nn_linear():
@@ -165,7 +174,7 @@ def test_initial_weights_equal_a_seeded_nn_linear():
 
 
 def test_batched_classifier_with_shared_training_rows_matches_sequential_training():
-    """SST2's pattern: the same train/valid rows, one slice per L2 value (the single-gather path)."""
+    """SST2's pattern: the same train/valid rows, one slice per L2 value (one row group)."""
     rng = np.random.RandomState(1)
     X = torch.from_numpy(rng.randn(500, 12).astype(np.float32))
     y = torch.from_numpy(rng.randint(0, 3, 500))

@@ -102,18 +102,13 @@ def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(idx), torch.from_numpy(mask)
 
 
-def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, cfg: ClassifierConfig,
-             seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    """Train every fit; returns the best-on-validation weights (M, C, D), biases (M, C) and validation
-    accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model."""
-    device = X.device
-    M = len(fits)
-    # Each fit's RandomState starts at `seed` (SentEval re-seeds per model) and first draws the validation split,
-    # if any, then one permutation per pass. Fits with the same training size and split rule therefore draw
-    # identical permutations, and one RandomState serves each such group.
+def _split_rows(fits: list[Fit], seed: int):
+    """Training and validation rows of every fit, and the RandomState key of each (SentEval re-seeds per model,
+    first draws the validation split, if any, then one permutation per pass: fits with the same training size
+    and split rule draw identical permutations, so one RandomState serves each such key)."""
     rngs: dict[tuple, np.random.RandomState] = {}
     split_perms: dict[tuple, np.ndarray] = {}
-    train_rows, valid_rows, group_of = [], [], []
+    train_rows, valid_rows, keys = [], [], []
     for f in fits:
         key = (len(f.train), f.valid_split)
         if key not in rngs:
@@ -127,12 +122,37 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
         else:
             train_rows.append(f.train)
             valid_rows.append(f.valid)
-        group_of.append(key)
-    shared_rows = len(set(group_of)) == 1 and all(np.array_equal(r, train_rows[0]) for r in train_rows)
-    keys = list(dict.fromkeys(group_of))
-    members = [np.array([i for i, k in enumerate(group_of) if k == key]) for key in keys]
+        keys.append(key)
+    return rngs, train_rows, valid_rows, keys
 
-    w0, b0 = initial_weights(X.shape[1], nclasses, seed)
+
+def _row_groups(train_rows: list[np.ndarray], keys: list[tuple]) -> list[list[int]]:
+    """Fits that see the very same minibatches (same rows, same permutation stream), e.g. one fold's L2 grid.
+    Each group's minibatch is gathered once and multiplied with all its members' weights in one GEMM. Groups
+    must be equally large to be stacked; otherwise every fit is its own group."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (rows, key) in enumerate(zip(train_rows, keys)):
+        groups.setdefault((key, rows.tobytes()), []).append(i)
+    out = list(groups.values())
+    return out if len({len(g) for g in out}) == 1 else [[i] for i in range(len(train_rows))]
+
+
+def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, cfg: ClassifierConfig,
+             seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Train every fit; returns the best-on-validation weights (M, C, D), biases (M, C) and validation
+    accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model."""
+    device, D = X.device, X.shape[1]
+    rngs, train_rows, valid_rows, keys = _split_rows(fits, seed)
+    groups = _row_groups(train_rows, keys)
+    G, R = len(groups), len(groups[0])
+    # internally slices are ordered group by group, so the weights view as (G, R, C, D)
+    order = np.array([i for g in groups for i in g])
+    fits = [fits[i] for i in order]
+    valid_rows = [valid_rows[i] for i in order]
+    M = len(fits)
+    ntrain = {key: len(rows) for key, rows in zip(keys, train_rows)}
+
+    w0, b0 = initial_weights(D, nclasses, seed)
     W = w0.to(device).repeat(M, 1, 1)
     B = b0.to(device).repeat(M, 1)
     best_W, best_B = W.clone(), B.clone()
@@ -149,31 +169,23 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
     bs = cfg.batch_size
     while active.any() and nepoch <= cfg.max_epoch:
         for _ in range(cfg.epoch_size):
-            orders = [None] * M
-            for key, idx in zip(keys, members):
-                perm = rngs[key].permutation(len(train_rows[idx[0]]))
-                for i in idx:
-                    orders[i] = train_rows[i][perm]
-            o_idx, o_mask = (t.to(device) for t in _pad(orders))
+            perms = {key: rng.permutation(ntrain[key]) for key, rng in rngs.items()}
+            o_idx, o_mask = (t.to(device) for t in _pad([train_rows[g[0]][perms[keys[g[0]]]] for g in groups]))
             run = torch.from_numpy(active).to(device)
             for s in range(0, o_idx.shape[1], bs):
-                idx, mask = o_idx[:, s:s + bs], o_mask[:, s:s + bs]
+                idx, mask = o_idx[:, s:s + bs], o_mask[:, s:s + bs]  # (G, b)
                 count = mask.sum(1)
-                stepping = run & (count > 0)
-                if shared_rows:  # e.g. SST2's L2 grid: one gather serves every slice
-                    xb = X[idx[0]]  # (b, D)
-                    logits = torch.einsum("bd,mcd->mbc", xb, W) + B.unsqueeze(1)
-                else:
-                    xb = X[idx]  # (M, b, D)
-                    logits = torch.baddbmm(B.unsqueeze(1), xb, W.transpose(1, 2))
+                stepping = run & (count > 0).repeat_interleave(R)
+                xb = X[idx]  # (G, b, D)
+                logits = torch.einsum("gbd,grcd->grbc", xb, W.view(G, R, nclasses, D)) + B.view(G, R, 1, -1)
                 grad = torch.softmax(logits, -1)
-                grad.scatter_add_(-1, y[idx].unsqueeze(-1), -torch.ones_like(grad[..., :1]))
-                grad *= (mask / count.clamp(min=1).unsqueeze(1)).unsqueeze(-1).to(grad.dtype)
-                dW = torch.einsum("mbc,bd->mcd", grad, xb) if shared_rows else torch.bmm(grad.transpose(1, 2), xb)
-                opt.step([dW, grad.sum(1)], l2, stepping)
+                grad.scatter_add_(-1, y[idx].view(G, 1, -1, 1).expand(G, R, -1, 1), -torch.ones_like(grad[..., :1]))
+                grad *= (mask / count.clamp(min=1).unsqueeze(1)).view(G, 1, -1, 1).to(grad.dtype)
+                dW = torch.einsum("grbc,gbd->grcd", grad, xb).reshape(M, nclasses, D)
+                opt.step([dW, grad.sum(2).reshape(M, nclasses)], l2, stepping)
         nepoch += cfg.epoch_size
         # validation accuracy of every slice: one GEMM over all rows, then each slice's rows
-        pred = (X @ W.reshape(-1, X.shape[1]).T + B.reshape(1, -1)).view(len(X), M, nclasses).argmax(-1)
+        pred = (X @ W.reshape(-1, D).T + B.reshape(1, -1)).view(len(X), M, nclasses).argmax(-1)
         correct = ((pred.T.gather(1, v_idx) == y_valid) & v_mask).sum(1)
         acc = (correct.to(torch.float64) / v_n).cpu().numpy()
         improved = active & (acc > best)
@@ -184,7 +196,8 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
         worse = active & ~improved
         active[worse & (strikes >= cfg.tenacity)] = False
         strikes[worse] += 1
-    return best_W, best_B, best
+    back = torch.from_numpy(np.argsort(order)).to(device)
+    return best_W[back], best_B[back], best[np.argsort(order)]
 
 
 def predict(X: torch.Tensor, W: torch.Tensor, B: torch.Tensor) -> torch.Tensor:

@@ -62,39 +62,43 @@ def _r2(x: float) -> float:
 
 
 def inner_kfold(X, y, cfg: ClassifierConfig, seed: int, nclasses: int) -> tuple[float, float]:
-    """SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA). Its fold splits use the literal seed 1111."""
+    """SentEval's InnerKFoldClassifier (MR, CR, SUBJ, MPQA). Its fold splits use the literal seed 1111.
+
+    SentEval refits each outer fold with the L2 its inner folds chose, after the grid. Here the refit is trained
+    for every L2 alongside the grid (it does not depend on the grid's outcome, only which one is kept does), so
+    the task is one batched run instead of two in sequence."""
     skf = StratifiedKFold(n_splits=cfg.kfold, shuffle=True, random_state=1111)
     y_np = y.cpu().numpy()
     outer = list(skf.split(np.zeros(len(y_np)), y_np))
     grid = []
     for train, _ in outer:
         inner = list(skf.split(np.zeros(len(train)), y_np[train]))
-        grid.append([[Fit(train[itr], reg, valid=train[ite]) for itr, ite in inner] for reg in L2_GRID])
-    flat = [f for per_outer in grid for per_reg in per_outer for f in per_reg]
-    _, _, acc = fit_many(X, y, flat, nclasses, cfg, seed)
-    acc = acc.reshape(len(outer), len(L2_GRID), cfg.kfold)
+        grid += [Fit(train[itr], reg, valid=train[ite]) for reg in L2_GRID for itr, ite in inner]
+    refits = [Fit(train, reg, valid_split=0.05) for train, _ in outer for reg in L2_GRID]
+    W, B, acc = fit_many(X, y, grid + refits, nclasses, cfg, seed)
+    acc = acc[:len(grid)].reshape(len(outer), len(L2_GRID), cfg.kfold)
     scores = np.array([[_r2(100 * a.mean()) for a in per_outer] for per_outer in acc])
     best = scores.argmax(1)  # the first best, as np.argmax in SentEval
-    final = [Fit(train, L2_GRID[b], valid_split=0.05) for (train, _), b in zip(outer, best)]
-    W, B, _ = fit_many(X, y, final, nclasses, cfg, seed)
     tests = []
     for m, (_, test) in enumerate(outer):
+        k = len(grid) + m * len(L2_GRID) + best[m]
         test_t = torch.from_numpy(test).to(X.device)
-        tests.append(_r2(100 * (predict(X[test_t], W[m:m + 1], B[m:m + 1])[0] == y[test_t]).double().mean()))
+        tests.append(_r2(100 * (predict(X[test_t], W[k:k + 1], B[k:k + 1])[0] == y[test_t]).double().mean()))
     return _r2(np.mean(scores.max(1))), _r2(np.mean(tests))
 
 
 def kfold(X, y, X_test, y_test, cfg: ClassifierConfig, seed: int, nclasses: int):
-    """SentEval's KFoldClassifier (TREC, MRPC): pick L2 by k-fold CV on train, refit with a 5% validation split.
-    Returns dev accuracy, test accuracy and test predictions."""
+    """SentEval's KFoldClassifier (TREC, MRPC): pick L2 by k-fold CV on train, refit with a 5% validation split
+    (trained for every L2 alongside the grid, see inner_kfold). Returns dev accuracy, test accuracy and test predictions."""
     skf = StratifiedKFold(n_splits=cfg.kfold, shuffle=True, random_state=seed)
     folds = list(skf.split(np.zeros(len(y)), y.cpu().numpy()))
-    fits = [Fit(tr, reg, valid=te) for reg in L2_GRID for tr, te in folds]
-    _, _, acc = fit_many(X, y, fits, nclasses, cfg, seed)
-    scores = np.array([_r2(100 * a.mean()) for a in acc.reshape(len(L2_GRID), cfg.kfold)])
+    grid = [Fit(tr, reg, valid=te) for reg in L2_GRID for tr, te in folds]
+    refits = [Fit(np.arange(len(y)), reg, valid_split=0.05) for reg in L2_GRID]  # as in inner_kfold
+    W, B, acc = fit_many(X, y, grid + refits, nclasses, cfg, seed)
+    scores = np.array([_r2(100 * a.mean()) for a in acc[:len(grid)].reshape(len(L2_GRID), cfg.kfold)])
     best = int(scores.argmax())
-    W, B, _ = fit_many(X, y, [Fit(np.arange(len(y)), L2_GRID[best], valid_split=0.05)], nclasses, cfg, seed)
-    yhat = predict(X_test, W, B)[0]
+    k = len(grid) + best
+    yhat = predict(X_test, W[k:k + 1], B[k:k + 1])[0]
     return float(scores[best]), _r2(100 * (yhat == y_test).double().mean()), yhat.cpu().numpy()
 
 

@@ -1,0 +1,11 @@
+"""Training objectives. Each method is an nn.Module that owns its training-only parts (projector, generator,
+discriminator, heads); `.encoder` is the plain Hugging Face model that gets exported."""
+
+from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
+from .diffcse import DiffCSE, mlm_corrupt
+from .simcse import SimCSE
+
+METHODS = {"simcse": SimCSE, "diffcse": DiffCSE}
+
+__all__ = ["METHODS", "BatchNormProjector", "DiffCSE", "MLPProjector", "SimCSE", "gather_with_grad", "info_nce",
+           "make_projector", "mlm_corrupt"]

@@ -1,0 +1,64 @@
+"""The shared core of every method: projectors and the InfoNCE loss with in-batch negatives gathered across
+processes (with gradient), so a multi-process run computes the loss of one process on the global batch."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MLPProjector(nn.Sequential):
+    """SimCSE's MLPLayer: Linear(d, d) + tanh (what BERT's NSP pooler looks like, freshly initialised)."""
+
+    def __init__(self, hidden: int):
+        super().__init__(nn.Linear(hidden, hidden), nn.Tanh())
+
+
+class BatchNormProjector(nn.Sequential):
+    """DiffCSE's ProjectionMLP, App. A verbatim: Linear(d, 2d, no bias) -> BatchNorm1d(2d) -> ReLU ->
+    Linear(2d, d, no bias) -> BatchNorm1d(d, affine=False). Applied to both views at once, as the official code
+    does, so the batch statistics mix the views."""
+
+    def __init__(self, hidden: int):
+        super().__init__(nn.Linear(hidden, 2 * hidden, bias=False), nn.BatchNorm1d(2 * hidden), nn.ReLU(),
+                         nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False))
+
+
+PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector}
+
+
+def make_projector(kind: str, hidden: int) -> nn.Module:
+    if kind not in PROJECTORS:
+        raise ValueError(f"unknown projector {kind!r}; choose one of: {', '.join(PROJECTORS)}")
+    return PROJECTORS[kind](hidden)
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """All processes' rows, in rank order. Backward sums every process's gradient into the local rows, so after
+    DDP averages the parameter gradients they equal the single-process gradient of the global-batch loss."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return x
+    if torch.distributed.get_world_size() == 1:
+        return x
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x), dim=0)
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
+
+
+def info_nce(z1: torch.Tensor, z2: torch.Tensor, temp: float, z3: torch.Tensor | None = None,
+             hard_negative_weight: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy of cos(z1_i, z2_j) / temp over j (plus cos(z1_i, z3_j) / temp for supervised hard
+    negatives, whose own pair gets `hard_negative_weight` added to its logit, as SimCSE), labels on the diagonal.
+    Inputs are this process's rows; they are gathered across processes first."""
+    z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
+    logits = cosine_matrix(z1, z2) / temp
+    if z3 is not None:
+        negatives = cosine_matrix(z1, gather_with_grad(z3)) / temp
+        negatives = negatives + hard_negative_weight * torch.eye(len(z1), device=z1.device, dtype=negatives.dtype)
+        logits = torch.cat([logits, negatives], dim=1)
+    return F.cross_entropy(logits.float(), torch.arange(len(z1), device=z1.device))
