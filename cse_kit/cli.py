@@ -51,13 +51,68 @@ def cmd_eval(args) -> int:
     from .models import load_model
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
+    pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model)
-    encoder = Encoder(model, tokenizer, args.pooler, batch_size=args.batch_size, max_length=args.max_length,
+    encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_length=args.max_length,
                       device=args.device, amp=not args.no_amp)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
         print(f"wrote {write_json_atomic(args.output, result)}")
+    return 0
+
+
+def _pooler_of(model: str) -> str:
+    """The pooler a kit-trained model was exported with; other models must say it."""
+    from pathlib import Path
+
+    from .train.export import read_metadata
+
+    meta = read_metadata(model) if Path(model).is_dir() else None
+    if not meta or "pooler" not in meta:
+        raise ValueError(f"--pooler is required for {model} (it has no cse_kit.json saying how it was trained)")
+    print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
+    return meta["pooler"]
+
+
+def cmd_train(args) -> int:
+    from .train import build_config, train
+
+    cfg = build_config(args.preset, args.profile, _train_overrides(args))
+    summary = train(cfg, progress=not args.no_progress)
+    print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
+          f"model: {summary['model']}")
+    print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
+    return 0
+
+
+def _train_overrides(args) -> list[str]:
+    out = list(args.set or [])
+    for name in ("output_dir", "seed", "data_dir", "max_steps"):
+        if getattr(args, name) is not None:
+            out.append(f"{name}={getattr(args, name)}")
+    return out
+
+
+def cmd_fit_mlm_head(args) -> int:
+    from .mlm_head import fit_mlm_head
+    from .models import FITTED_MLM, fitted_mlm_dir
+
+    names = {base: name for name, base in FITTED_MLM.items()}
+    output = args.output or (fitted_mlm_dir(names[args.model], args.data_dir) if args.model in names else None)
+    if output is None:
+        raise ValueError(f"give --output for {args.model} (only {', '.join(names)} have a default place)")
+    report = fit_mlm_head(args.model, output, corpus=args.corpus, data_dir=args.data_dir, steps=args.steps)
+    print(f"masked-token accuracy on {report['heldout_sentences']} held-out sentences: "
+          f"{report['masked_token_accuracy']:.1f}% (before fitting {report['accuracy_before_fitting']:.1f}%); "
+          f"saved {output}")
+    return 0
+
+
+def cmd_export_st(args) -> int:
+    from .train import export_sentence_transformers
+
+    print(f"wrote {export_sentence_transformers(args.model_dir, args.output, args.pooler)}")
     return 0
 
 
@@ -85,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="poolers:\n" + "\n".join(f"  {k}: {v}" for k, v in POOLERS.items()))
     p.add_argument("--model", required=True, help="short name, Hub id or local directory")
-    p.add_argument("--pooler", required=True, choices=list(POOLERS),
-                   help="how a sentence vector is read off the model (recorded with every result)")
+    p.add_argument("--pooler", choices=list(POOLERS),
+                   help="how a sentence vector is read off the model (recorded with every result); default: the "
+                        "pooler in a kit-trained model's cse_kit.json")
     p.add_argument("--tasks", default="sts", help="sts, transfer, all, or comma-separated names (default sts)")
     p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
                    help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
@@ -99,6 +155,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-amp", action="store_true", help="encode in fp32 on GPU")
     _data_dir_arg(p)
     p.set_defaults(func=cmd_eval)
+
+    from .train import PRESETS, PROFILES
+
+    p = sub.add_parser("train", help="train a preset (SimCSE, DiffCSE) on a profile; resumes an interrupted run",
+                       epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
+                              "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
+    p.add_argument("--preset", required=True, choices=list(PRESETS))
+    p.add_argument("--profile", default="paper", choices=list(PROFILES),
+                   help="paper: the papers' models and Wiki1M (GPU, Hub); cpu: all-MiniLM-L6-v2 on the local Wiki1M "
+                        "sample; smoke: tiny random models, seconds")
+    p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
+    _data_dir_arg(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("fit-mlm-head", help="fit the MLM head of an encoder-only checkpoint (a DiffCSE generator "
+                                            "where no masked-LM checkpoint is available)")
+    p.add_argument("--model", default="all-MiniLM-L6-v2")
+    p.add_argument("--output", help="where to save it (default for all-MiniLM-L6-v2: <data dir>/models/"
+                                    "all-MiniLM-L6-v2-mlm, found by that name)")
+    p.add_argument("--corpus", default="Wiki1M-sample")
+    p.add_argument("--steps", type=int, default=300)
+    _data_dir_arg(p)
+    p.set_defaults(func=cmd_fit_mlm_head)
+
+    p = sub.add_parser("export-st", help="save a kit-trained model as a sentence-transformers model")
+    p.add_argument("model_dir")
+    p.add_argument("output")
+    p.add_argument("--pooler", help="default: from the model's cse_kit.json")
+    p.set_defaults(func=cmd_export_st)
     return parser
 
 
@@ -109,7 +198,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (DataError, ModelNotFoundError, KeyError, ValueError) as e:
+    except (DataError, ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
 

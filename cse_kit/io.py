@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -20,4 +22,40 @@ def write_json_atomic(path, obj) -> Path:
     except BaseException:
         os.unlink(tmp)
         raise
+    return path
+
+
+def swap_dir(new, path) -> Path:
+    """Put folder `new` at `path`. The old one is removed only once the new one is in place, so a crash leaves the
+    old or the new folder (see recover_dir), never a half-written one."""
+    new, path = Path(new), Path(path)
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+@contextmanager
+def atomic_dir(path):
+    """Yields a temporary folder beside `path` that replaces `path` (swap_dir) when the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new.", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    swap_dir(tmp, path)
+
+
+def recover_dir(path) -> Path:
+    """`path`, or the previous version that an interrupted swap_dir left aside."""
+    path = Path(path)
+    old = path.with_name(f".{path.name}.old")
+    if not path.exists() and old.exists():
+        os.replace(old, path)
     return path

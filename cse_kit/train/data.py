@@ -1,0 +1,95 @@
+"""Training data: a corpus (one sentence per line; each sentence gives two dropout views) or NLI triplets,
+tokenized once with `datasets` (truncated to max_seq_length, as all the papers' code) and cached on disk; batches
+in a seeded order per epoch, addressed by step, so a resumed run sees exactly the batches it would have seen."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from ..data import load_corpus, load_nli_triplets, resolve_data_dir
+from ..data.registry import REGISTRY
+
+
+def _is_nli(source: str) -> bool:
+    return source == "NLI" or source.endswith(".csv")
+
+
+def load_examples(source: str, data_dir=None, max_examples: int | None = None) -> list[tuple[str, ...]]:
+    """(sentence,) per corpus line, or (anchor, entailment, contradiction) per NLI row."""
+    is_file = source not in REGISTRY
+    if is_file and not Path(source).is_file():
+        raise FileNotFoundError(f"training data {source!r} is neither a registered dataset "
+                                f"({', '.join(n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')))}) nor a file")
+    if _is_nli(source):
+        rows = load_nli_triplets(path=source) if is_file else load_nli_triplets(data_dir=data_dir)
+        examples = [(r.anchor, r.positive, r.negative) for r in rows]
+    else:
+        lines = load_corpus(path=source) if is_file else load_corpus(source, data_dir)
+        examples = [(line,) for line in lines]
+    return examples[:max_examples] if max_examples else examples
+
+
+def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, cache_dir: Path):
+    """A `datasets.Dataset` with one `ids<k>` column per text column, cached under cache_dir by content."""
+    from datasets import Dataset
+
+    key = hashlib.sha256()
+    for part in (tokenizer.name_or_path, type(tokenizer).__name__, len(tokenizer), max_seq_length, len(examples)):
+        key.update(repr(part).encode())
+    for ex in examples:
+        key.update("\t".join(ex).encode() + b"\n")
+    cache = Path(cache_dir) / f"{key.hexdigest()[:20]}.arrow"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    columns = {f"text{k}": [ex[k] for ex in examples] for k in range(len(examples[0]))}
+
+    def encode(batch):
+        return {f"ids{k}": tokenizer(batch[f"text{k}"], truncation=True, max_length=max_seq_length)["input_ids"]
+                for k in range(len(columns))}
+
+    return Dataset.from_dict(columns).map(encode, batched=True, remove_columns=list(columns),
+                                          cache_file_name=str(cache), load_from_cache_file=True,
+                                          desc="tokenizing")
+
+
+class Batches:
+    """Global batch `step` of the run: a seeded permutation per epoch, incomplete last batch dropped, each
+    process taking its contiguous share. Unsupervised rows are duplicated into two views."""
+
+    def __init__(self, dataset, batch_size: int, seed: int, pad_id: int, rank: int = 0, world: int = 1):
+        if batch_size % world:
+            raise ValueError(f"batch_size {batch_size} must be divisible by the number of processes ({world})")
+        if len(dataset) < batch_size:
+            raise ValueError(f"only {len(dataset)} training examples for a batch of {batch_size}")
+        self.dataset, self.batch_size, self.seed, self.pad_id = dataset, batch_size, seed, pad_id
+        self.rank, self.world = rank, world
+        self.columns = sorted(c for c in dataset.column_names if c.startswith("ids"))
+        self.steps_per_epoch = len(dataset) // batch_size
+        self._order = (None, None)
+
+    def order(self, epoch: int) -> torch.Tensor:
+        if self._order[0] != epoch:
+            g = torch.Generator().manual_seed(self.seed + epoch)
+            self._order = (epoch, torch.randperm(len(self.dataset), generator=g))
+        return self._order[1]
+
+    def __call__(self, step: int) -> dict:
+        epoch, pos = divmod(step, self.steps_per_epoch)
+        share = self.batch_size // self.world
+        start = pos * self.batch_size + self.rank * share
+        rows = self.dataset[self.order(epoch)[start:start + share].tolist()]
+        views = [rows[c] for c in self.columns] * (2 if len(self.columns) == 1 else 1)
+        length = max(len(ids) for view in views for ids in view)
+        input_ids = torch.full((share, len(views), length), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for v, view in enumerate(views):
+            for i, ids in enumerate(view):
+                input_ids[i, v, :len(ids)] = torch.tensor(ids)
+                attention_mask[i, v, :len(ids)] = 1
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def tokenized_cache_dir(data_dir=None) -> Path:
+    return resolve_data_dir(data_dir) / "cache" / "tokenized"

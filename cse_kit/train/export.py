@@ -1,0 +1,48 @@
+"""The trained encoder as a plain Hugging Face model (+ tokenizer + cse_kit.json saying method, pooler, profile),
+and optionally as a sentence-transformers model whose embeddings equal the kit's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..io import atomic_dir, write_json_atomic
+
+METADATA = "cse_kit.json"
+#: kit pooler -> sentence-transformers Pooling mode that computes the same vector
+ST_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
+
+
+def export_encoder(encoder, tokenizer, out_dir, metadata: dict) -> Path:
+    with atomic_dir(out_dir) as tmp:
+        encoder.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json_atomic(tmp / METADATA, metadata)
+    return Path(out_dir)
+
+
+def read_metadata(model_dir) -> dict | None:
+    path = Path(model_dir) / METADATA
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) -> Path:
+    """A sentence-transformers model of an exported encoder (pooler from its cse_kit.json unless given)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+        try:  # sentence-transformers >= 6 moved the modules
+            from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+        except ImportError:
+            from sentence_transformers.models import Pooling, Transformer
+    except ImportError:
+        raise ImportError("sentence-transformers is not installed: pip install -e '.[st]'") from None
+    pooler = pooler or (read_metadata(model_dir) or {}).get("pooler")
+    if pooler not in ST_POOLING:
+        raise ValueError(f"pooler {pooler!r} has no sentence-transformers equivalent; exportable: "
+                         f"{', '.join(ST_POOLING)}")
+    transformer = Transformer(str(model_dir))
+    dim = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+    pooling = Pooling(dim(), pooling_mode=ST_POOLING[pooler])
+    with atomic_dir(out_dir) as tmp:
+        SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(tmp))
+    return Path(out_dir)

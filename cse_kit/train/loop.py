@@ -1,0 +1,201 @@
+"""The training loop on Hugging Face Accelerate: one CPU, one GPU or several (`accelerate launch`), AMP, a linear
+schedule, dev evaluation every `eval_steps` with the best model kept apart, resumable checkpoints, a JSONL log."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from ..environment import describe
+from ..eval.dev import DevEvaluator
+from ..io import recover_dir, swap_dir, write_json_atomic
+from ..models import load_model
+from .config import TrainConfig
+from .data import Batches, load_examples, tokenize, tokenized_cache_dir
+from .export import export_encoder
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def _mixed_precision(setting: str) -> str:
+    if setting != "auto":
+        return setting
+    if not torch.cuda.is_available():
+        return "no"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def _load_encoder(ref: str, dropout: float | None):
+    kwargs = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    try:  # SimCSE/DiffCSE build their encoders without BERT's NSP pooler
+        return load_model(ref, add_pooling_layer=False, **kwargs)
+    except TypeError:
+        return load_model(ref, **kwargs)
+
+
+def build_objective(cfg: TrainConfig, tokenizer, encoder):
+    from ..methods import DiffCSE, SimCSE
+
+    common = {"pooler": cfg.pooler, "projector": cfg.projector, "temp": cfg.temp,
+              "hard_negative_weight": cfg.hard_negative_weight}
+    if cfg.method == "simcse":
+        return SimCSE(encoder, **common)
+    from transformers import AutoModelForMaskedLM
+
+    _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM)
+    return DiffCSE(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **cfg.diffcse_options(),
+                   **common)
+
+
+def _is_better(new: float, best: float | None) -> bool:
+    return best is None or new > best
+
+
+def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
+    """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
+    run = Path(cfg.output_dir)
+    summary_path = run / "summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        if summary.get("config") == cfg.to_dict():
+            return summary
+        raise ValueError(f"{run} holds a finished run with a different configuration; choose another output_dir")
+    # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
+    accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
+    set_seed(cfg.seed)
+    tokenizer, encoder = _load_encoder(cfg.model, cfg.dropout)
+    objective = build_objective(cfg, tokenizer, encoder)
+    with accelerator.main_process_first():
+        dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
+                           tokenized_cache_dir(cfg.data_dir))
+    batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
+                      accelerator.num_processes)
+    total = batches.steps_per_epoch * cfg.epochs
+    total = min(total, cfg.max_steps) if cfg.max_steps else total
+    params = [p for p in objective.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if s < cfg.warmup_steps
+        else max(0.0, (total - s) / max(1, total - cfg.warmup_steps)))
+    # the scheduler stays unprepared: Accelerate would step it once per process, but batch_size is global here
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    evaluator = DevEvaluator(tokenizer, cfg.pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
+                             transfer=cfg.metric == "transfer_devacc", device=accelerator.device)
+
+    state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0}}
+    checkpoint = recover_dir(run / "checkpoint")
+    if (checkpoint / "trainer_state.json").is_file():
+        accelerator.load_state(str(checkpoint))
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+    log_path = run / "log.jsonl"
+    if accelerator.is_main_process:
+        run.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run / "config.json", cfg.to_dict())
+        write_json_atomic(run / "environment.json", describe(accelerator.device))
+        _truncate_log(log_path, state["step"])  # drop what was logged after the checkpoint we resume from
+
+    def log(record):
+        if accelerator.is_main_process:
+            with log_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def save_checkpoint():
+        t = time.perf_counter()
+        tmp = run / ".checkpoint.new"
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))  # every process writes its own RNG states
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            write_json_atomic(tmp / "trainer_state.json", state)
+            swap_dir(tmp, checkpoint)
+        accelerator.wait_for_everyone()
+        state["seconds"]["checkpoint"] += time.perf_counter() - t
+
+    save_every = cfg.save_steps or cfg.eval_steps
+    bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
+               desc=cfg.preset or cfg.method, dynamic_ncols=True)
+    last_dev = None
+    objective.train()
+    while state["step"] < total:
+        t = time.perf_counter()
+        batch = {k: v.to(accelerator.device) for k, v in batches(state["step"]).items()}
+        with accelerator.autocast():
+            out = objective(batch)
+        loss = out["loss"]
+        if not torch.isfinite(loss):
+            raise NonFiniteLoss(
+                f"the loss is {float(loss.detach())} at step {state['step'] + 1}; training stopped. The last good checkpoint "
+                f"is {checkpoint} (step {_checkpoint_step(checkpoint)}), the best model {run / 'model'}. Lower lr, "
+                "or use bf16 instead of fp16, then resume or start a new output_dir.")
+        accelerator.backward(loss)
+        if cfg.max_grad_norm:
+            accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        step = state["step"]
+        state["seconds"]["train"] += time.perf_counter() - t
+        bar.update(1)
+        if step % cfg.log_steps == 0 or step == total:
+            record = {"step": step, "lr": scheduler.get_last_lr()[0],
+                      **{k: float(v.detach()) for k, v in out.items()}}
+            log(record)
+            bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
+        if step % cfg.eval_steps == 0 or step == total:
+            t = time.perf_counter()
+            dev = evaluator(accelerator.unwrap_model(objective).encoder)
+            state["seconds"]["eval"] += time.perf_counter() - t
+            score = dev[cfg.metric]
+            last_dev = f"{score:.2f}"
+            log({"step": step, "dev": dev})
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}", dev=last_dev)
+            if _is_better(score, state["best"]):
+                state["best"], state["best_step"] = score, step
+                if accelerator.is_main_process:
+                    export_encoder(accelerator.unwrap_model(objective).encoder, tokenizer, run / "model",
+                                   _metadata(cfg, step, dev))
+        if step % save_every == 0 or step == total:
+            save_checkpoint()
+        objective.train()
+    bar.close()
+    summary = {"config": cfg.to_dict(), "steps": total, "best": state["best"], "best_step": state["best_step"],
+               "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
+               "environment": describe(accelerator.device), "processes": accelerator.num_processes}
+    if accelerator.is_main_process:
+        write_json_atomic(summary_path, summary)
+    accelerator.wait_for_everyone()
+    return summary
+
+
+def _metadata(cfg: TrainConfig, step: int, dev: dict) -> dict:
+    return {"method": cfg.method, "pooler": cfg.pooler, "profile": cfg.profile, "preset": cfg.preset,
+            "base_model": cfg.model, "step": step, "dev": dev}
+
+
+def _checkpoint_step(checkpoint: Path):
+    path = checkpoint / "trainer_state.json"
+    return json.loads(path.read_text())["step"] if path.is_file() else None
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    if not path.is_file():
+        return
+    keep = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    tmp.replace(path)
+

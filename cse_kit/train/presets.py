@@ -1,0 +1,85 @@
+"""Presets (the papers' hyper-parameters) and profiles (which models and data they run on).
+
+A preset is what the paper tables and official scripts fix; a profile maps its backbone to real checkpoints:
+`paper` (the papers' models and Wiki1M; GPU and the Hub), `cpu` (all-MiniLM-L6-v2 on the local Wiki1M sample, real
+but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."""
+
+from __future__ import annotations
+
+from .config import TrainConfig, apply_overrides
+
+_SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
+_DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant": "official-code"}
+
+#: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh.
+PRESETS = {
+    "simcse-bert": ("bert", {**_SIMCSE, "lr": 3e-5, "batch_size": 64}),
+    "simcse-roberta": ("roberta", {**_SIMCSE, "lr": 1e-5, "batch_size": 512}),
+    "diffcse-bert-sts": ("bert", {**_DIFFCSE, "lr": 7e-6, "batch_size": 64, "mask_ratio": 0.30, "lam": 0.005,
+                                  "metric": "stsb_spearman"}),
+    "diffcse-roberta-sts": ("roberta", {**_DIFFCSE, "lr": 1e-5, "batch_size": 64, "mask_ratio": 0.20, "lam": 0.005,
+                                        "metric": "stsb_spearman"}),
+    "diffcse-bert-transfer": ("bert", {**_DIFFCSE, "lr": 2e-6, "batch_size": 64, "mask_ratio": 0.15, "lam": 0.05,
+                                       "metric": "transfer_devacc"}),
+    "diffcse-roberta-transfer": ("roberta", {**_DIFFCSE, "lr": 3e-6, "batch_size": 128, "mask_ratio": 0.15,
+                                             "lam": 0.05, "metric": "transfer_devacc"}),
+}
+
+#: DiffCSE Table 6: generator name -> checkpoint on the paper profile (Turc et al. compact BERTs on the Hub).
+GENERATORS = {
+    "bert-large": "bert-large-uncased", "bert-base": "bert-base-uncased", "distilbert": "distilbert-base-uncased",
+    "bert-medium": "google/bert_uncased_L-8_H-512_A-8", "bert-small": "google/bert_uncased_L-4_H-512_A-8",
+    "bert-mini": "google/bert_uncased_L-4_H-256_A-4", "bert-tiny": "google/bert_uncased_L-2_H-128_A-2",
+    "distilroberta": "distilroberta-base",
+}
+
+
+class ProfileUnavailable(ValueError):
+    """A preset that a profile cannot run here (e.g. RoBERTa offline); the reason says why."""
+
+
+PROFILES = {
+    "paper": {"backbones": {"bert": ("bert-base-uncased", "distilbert-base-uncased"),
+                            "roberta": ("roberta-base", "distilroberta-base")},
+              "settings": {"data": "Wiki1M"}},
+    "cpu": {"backbones": {"bert": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-mlm")},
+            "unavailable": {"roberta": "no RoBERTa checkpoint is available offline; run it with --profile paper"},
+            "settings": {"data": "Wiki1M-sample", "epochs": 1, "eval_steps": 50, "mixed_precision": "no"}},
+    "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm")},
+              # STS-B dev selects here for every preset: transfer dev accuracy encodes 100k sentences, not seconds
+              "settings": {"data": "Wiki1M-sample", "max_examples": 128, "batch_size": 16, "epochs": 1,
+                           "eval_steps": 8, "log_steps": 2, "lr": 1e-4, "mixed_precision": "no",
+                           "metric": "stsb_spearman"}},
+}
+
+
+def resolve_generator(name: str, profile: str) -> str:
+    """A Table 6 generator name on the paper profile; any other reference is used as given."""
+    if profile == "paper":
+        return GENERATORS.get(name, name)
+    if name in GENERATORS:
+        raise ProfileUnavailable(f"generator {name!r} has no offline checkpoint on the {profile} profile; "
+                                 "run it with --profile paper")
+    return name
+
+
+def build_config(preset: str, profile: str = "paper", overrides: list[str] | dict | None = None) -> TrainConfig:
+    """The preset's settings on the profile's models and data, then the overrides (`key=value` strings or a dict)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
+    backbone, settings = PRESETS[preset]
+    prof = PROFILES[profile]
+    if backbone in prof.get("unavailable", {}):
+        raise ProfileUnavailable(f"{preset} cannot run on the {profile} profile: {prof['unavailable'][backbone]}")
+    model, generator = prof["backbones"][backbone]
+    values = {**settings, "model": model, "generator": generator, **prof["settings"], "preset": preset,
+              "profile": profile, "output_dir": f"runs/{preset}-{profile}"}
+    if isinstance(overrides, dict):
+        values.update(overrides)
+    elif overrides:
+        values = apply_overrides(values, overrides)
+    if "generator" in values:
+        values["generator"] = resolve_generator(values["generator"], profile)
+    return TrainConfig(**values)

@@ -1,0 +1,130 @@
+"""The training engine on the smoke profile: every preset runs, resume after kill -9, 2 vs 1 process, export."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cse_kit.train import PRESETS, NonFiniteLoss, ProfileUnavailable, build_config, train
+
+
+def _cfg(data_dir, tmp_path, preset="diffcse-bert-sts", **changes):
+    return build_config(preset, "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir), **changes})
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_every_preset_runs_on_the_smoke_profile(preset, data_dir, tmp_path):
+    summary = train(_cfg(data_dir, tmp_path, preset), progress=False)
+    run = tmp_path / "run"
+    assert summary["steps"] == 8 and summary["best_step"] == 8
+    assert 0 < summary["best"] <= 100
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert len(losses) == 4 and all(np.isfinite(losses))
+    if PRESETS[preset][1]["method"] == "diffcse":
+        assert all(0 <= r["rtd_accuracy"] <= 1 for r in log if "loss" in r)
+    meta = json.loads((run / "model" / "cse_kit.json").read_text())
+    assert meta["method"] == PRESETS[preset][1]["method"] and meta["pooler"] == "cls_before_pooler"
+    assert meta["profile"] == "smoke" and meta["preset"] == preset
+    assert train(_cfg(data_dir, tmp_path, preset), progress=False) == summary  # finished: returned, not retrained
+
+
+def test_presets_carry_the_papers_hyperparameters():
+    cfg = build_config("diffcse-bert-sts", "paper")
+    assert (cfg.lr, cfg.batch_size, cfg.mask_ratio, cfg.lam, cfg.epochs, cfg.projector, cfg.temp) == \
+        (7e-6, 64, 0.30, 0.005, 2, "batchnorm", 0.05)
+    assert (cfg.model, cfg.generator, cfg.max_seq_length, cfg.eval_steps) == \
+        ("bert-base-uncased", "distilbert-base-uncased", 32, 125)
+    cfg = build_config("diffcse-roberta-transfer", "paper")
+    assert (cfg.lr, cfg.batch_size, cfg.mask_ratio, cfg.lam, cfg.metric, cfg.generator) == \
+        (3e-6, 128, 0.15, 0.05, "transfer_devacc", "distilroberta-base")
+    assert build_config("diffcse-bert-sts", "paper", ["generator=bert-mini"]).generator == \
+        "google/bert_uncased_L-4_H-256_A-4"
+    with pytest.raises(ProfileUnavailable, match="RoBERTa"):
+        build_config("simcse-roberta", "cpu")
+    with pytest.raises(ValueError, match="mask_ratio"):
+        build_config("diffcse-bert-sts", "cpu", ["mask_ratio=1.5"])
+    with pytest.raises(ValueError, match="key=value"):
+        build_config("diffcse-bert-sts", "cpu", ["lamda=0.1"])
+
+
+def _cli(args, **kw):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _weights(model_dir):
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def test_resume_after_kill_9_ends_like_an_uninterrupted_run(data_dir, tmp_path):
+    args = ["train", "--preset", "diffcse-bert-sts", "--profile", "smoke", "--data-dir", str(data_dir),
+            "--no-progress", "--set", "max_examples=256", "--set", "save_steps=2", "--set", "eval_steps=6"]
+    whole = tmp_path / "whole"
+    assert _cli(args + ["--output-dir", str(whole)]).wait() == 0
+    cut = tmp_path / "cut"
+    proc = _cli(args + ["--output-dir", str(cut)])
+    state = cut / "checkpoint" / "trainer_state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["step"] >= 6:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (cut / "summary.json").exists()
+    assert _cli(args + ["--output-dir", str(cut)]).wait() == 0
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (whole, cut))
+    assert (a["best"], a["best_step"], a["steps"]) == (b["best"], b["best_step"], b["steps"])
+    log_a, log_b = ((d / "log.jsonl").read_text().splitlines() for d in (whole, cut))
+    strip = lambda lines: [{k: v for k, v in json.loads(x).items() if k != "dev"} for x in lines]  # noqa: E731
+    assert strip(log_a) == strip(log_b)  # the same losses at every step, no step logged twice
+    wa, wb = _weights(whole / "model"), _weights(cut / "model")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_two_processes_compute_the_one_process_loss(data_dir, tmp_path):
+    settings = ["--set", "dropout=0", "--set", "pooler=avg", "--set", "lr=1e-3", "--set", "log_steps=1",
+                "--set", "max_steps=4", "--set", "eval_steps=100"]
+    base = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
+            str(data_dir), "--no-progress", *settings]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    one, two = tmp_path / "one", tmp_path / "two"
+    subprocess.run([sys.executable, *base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                    "29517", *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
+    assert json.loads((two / "summary.json").read_text())["processes"] == 2
+    losses = [[json.loads(x)["loss"] for x in (d / "log.jsonl").read_text().splitlines() if '"loss"' in x]
+              for d in (one, two)]
+    assert len(losses[0]) == 4
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)  # step 2+ also checks the gradients agree
+
+
+def test_non_finite_loss_stops_with_a_clear_message(data_dir, tmp_path):
+    with pytest.raises(NonFiniteLoss, match="lower lr|Lower lr"):
+        train(_cfg(data_dir, tmp_path, "simcse-bert", temp=1e-45, pooler="avg"), progress=False)
+
+
+def test_exported_model_loads_as_plain_hf_and_as_sentence_transformers(data_dir, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    from cse_kit.eval import Encoder
+    from cse_kit.train import export_sentence_transformers
+
+    train(_cfg(data_dir, tmp_path, "simcse-bert"), progress=False)
+    model_dir = tmp_path / "run" / "model"
+    model, tok = AutoModel.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    sentences = ["a man is playing a guitar .", "two dogs run in the snow", "the stock market fell"]
+    ours = Encoder(model, tok, "cls_before_pooler", progress=False, device="cpu").encode(sentences)
+    st = pytest.importorskip("sentence_transformers")
+    st_dir = export_sentence_transformers(model_dir, tmp_path / "st")
+    theirs = st.SentenceTransformer(str(st_dir), device="cpu").encode(sentences)
+    assert np.allclose(ours, theirs, atol=1e-5)
