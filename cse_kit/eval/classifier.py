@@ -73,23 +73,26 @@ class _Batched:
         self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
         self.steps = torch.zeros(params[0].shape[0], dtype=torch.float64, device=params[0].device)
 
-    def step(self, grads: list[torch.Tensor], l2: torch.Tensor, stepping: torch.Tensor) -> None:
+    def step(self, grads: list[torch.Tensor], l2: torch.Tensor, stepping: torch.Tensor, everyone: bool) -> None:
+        """`everyone`: every slice steps (no early-stopped or exhausted slice), so the masks can be skipped."""
         self.steps += stepping.to(torch.float64)
         for p, g, (s1, s2) in zip(self.params, grads, self.state):
             shape = (-1,) + (1,) * (p.dim() - 1)
             on = stepping.view(shape)
             g = g + l2.view(shape) * p
             if self.optim == "adam":  # lr 1e-3, betas (0.9, 0.999), eps 1e-8
-                s1.copy_(torch.where(on, s1.lerp(g, 0.1), s1))
-                s2.copy_(torch.where(on, s2 * 0.999 + g * g * 0.001, s2))
+                new1, new2 = s1.lerp(g, 0.1), s2 * 0.999 + g * g * 0.001
+                s1.copy_(new1 if everyone else torch.where(on, new1, s1))
+                s2.copy_(new2 if everyone else torch.where(on, new2, s2))
                 t = self.steps.clamp(min=1)
                 step_size = (1e-3 / (1 - 0.9 ** t)).to(p.dtype).view(shape)
                 c2_sqrt = (1 - 0.999 ** t).sqrt().to(p.dtype).view(shape)
                 update = step_size * s1 / (s2.sqrt() / c2_sqrt + 1e-8)
             else:  # lr 1e-2, alpha 0.99, eps 1e-8
-                s1.copy_(torch.where(on, s1 * 0.99 + g * g * 0.01, s1))
+                new1 = s1 * 0.99 + g * g * 0.01
+                s1.copy_(new1 if everyone else torch.where(on, new1, s1))
                 update = 1e-2 * g / (s1.sqrt() + 1e-8)
-            p.sub_(torch.where(on, update, torch.zeros_like(update)))
+            p.sub_(update if everyone else torch.where(on, update, torch.zeros_like(update)))
 
 
 def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,17 +175,19 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
             perms = {key: rng.permutation(ntrain[key]) for key, rng in rngs.items()}
             o_idx, o_mask = (t.to(device) for t in _pad([train_rows[g[0]][perms[keys[g[0]]]] for g in groups]))
             run = torch.from_numpy(active).to(device)
+            full = o_mask.sum(1).cpu().numpy()  # rows per group this pass
             for s in range(0, o_idx.shape[1], bs):
                 idx, mask = o_idx[:, s:s + bs], o_mask[:, s:s + bs]  # (G, b)
                 count = mask.sum(1)
                 stepping = run & (count > 0).repeat_interleave(R)
+                everyone = bool(active.all()) and bool((full > s).all())
                 xb = X[idx]  # (G, b, D)
                 logits = torch.einsum("gbd,grcd->grbc", xb, W.view(G, R, nclasses, D)) + B.view(G, R, 1, -1)
                 grad = torch.softmax(logits, -1)
                 grad.scatter_add_(-1, y[idx].view(G, 1, -1, 1).expand(G, R, -1, 1), -torch.ones_like(grad[..., :1]))
                 grad *= (mask / count.clamp(min=1).unsqueeze(1)).view(G, 1, -1, 1).to(grad.dtype)
                 dW = torch.einsum("grbc,gbd->grcd", grad, xb).reshape(M, nclasses, D)
-                opt.step([dW, grad.sum(2).reshape(M, nclasses)], l2, stepping)
+                opt.step([dW, grad.sum(2).reshape(M, nclasses)], l2, stepping, everyone)
         nepoch += cfg.epoch_size
         # validation accuracy of every slice: one GEMM over all rows, then each slice's rows
         pred = (X @ W.reshape(-1, D).T + B.reshape(1, -1)).view(len(X), M, nclasses).argmax(-1)

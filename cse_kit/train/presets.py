@@ -44,7 +44,7 @@ PROFILES = {
               "settings": {"data": "Wiki1M"}},
     "cpu": {"backbones": {"bert": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-mlm")},
             "unavailable": {"roberta": "no RoBERTa checkpoint is available offline; run it with --profile paper"},
-            "settings": {"data": "Wiki1M-sample", "epochs": 1, "eval_steps": 50, "mixed_precision": "no"}},
+            "settings": {"data": "Wiki1M-sample", "mixed_precision": "no"}},
     "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm")},
               # STS-B dev selects here for every preset: transfer dev accuracy encodes 100k sentences, not seconds
               "settings": {"data": "Wiki1M-sample", "max_examples": 128, "batch_size": 16, "epochs": 1,

@@ -1,0 +1,128 @@
+"""Training throughput on this machine (issue: training engine).
+
+  python bench/train_speed.py [--steps 8] [--batch-size 64] [--eval]
+
+SimCSE and DiffCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as generator) against sentence-transformers'
+MultipleNegativesRankingLoss on the same model, batches (Wiki1M sample, max length 32) and optimizer, in rounds
+that alternate the three, so machine noise hits all alike. Prints median sentences/s, DiffCSE's measured cost over
+SimCSE beside its FLOP ratio, and (--eval) the share of wall time a dev evaluation every 125 steps takes.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from cse_kit.eval import DevEvaluator
+from cse_kit.models import resolve_reference
+from cse_kit.train import build_config, build_objective
+from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
+from cse_kit.train.loop import _load_encoder
+
+
+def _nonembedding_params(model) -> int:
+    emb = model.get_input_embeddings().weight
+    return sum(p.numel() for p in model.parameters() if p is not emb)
+
+
+def flop_ratio(diffcse) -> float:
+    """Per-token matmul FLOPs (2 per weight; backward = 2x forward) of a DiffCSE step over a SimCSE step:
+    SimCSE trains the encoder; DiffCSE adds a generator forward with its vocabulary-sized MLM head (no backward)
+    and a discriminator forward and backward with the RTD head."""
+    enc = _nonembedding_params(diffcse.encoder)
+    gen = _nonembedding_params(diffcse.generator) + diffcse.generator.get_output_embeddings().weight.numel()
+    disc = _nonembedding_params(diffcse.discriminator) + diffcse.rtd_head.weight.numel()
+    simcse = 3 * 2 * enc
+    return (simcse + 2 * gen + 3 * 2 * disc) / simcse
+
+
+class StepTimer:
+    def __init__(self, objective, lr):
+        self.objective = objective.train()
+        self.opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=lr)
+
+    def __call__(self, batch) -> float:
+        t = time.perf_counter()
+        loss = self.objective(batch)["loss"]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in self.opt.param_groups for p in g["params"]], 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t
+
+
+def sentence_transformers_step(batch_size, lr):
+    from sentence_transformers import SentenceTransformer, losses
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Pooling, Transformer
+
+    transformer = Transformer(resolve_reference("all-MiniLM-L6-v2"), max_seq_length=32)
+    model = SentenceTransformer(modules=[transformer, Pooling(384, pooling_mode="cls")], device="cpu")
+    mnrl = losses.MultipleNegativesRankingLoss(model, scale=20.0)  # scale 1 / temp 0.05
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+
+    def step(sentences) -> float:
+        t = time.perf_counter()
+        features = [model.tokenize(sentences), model.tokenize(sentences)]  # the SimCSE pairing: (x, x)
+        loss = mnrl(features, None)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - t
+
+    return step
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=8, help="timed steps per method (after 2 warm-up steps)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
+    p.add_argument("--data-dir")
+    args = p.parse_args()
+    cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
+            for name, preset in (("SimCSE", "simcse-bert"), ("DiffCSE", "diffcse-bert-sts"))}
+    objectives = {}
+    for name, cfg in cfgs.items():
+        torch.manual_seed(0)
+        tokenizer, encoder = _load_encoder(cfg.model, cfg.dropout)
+        objectives[name] = build_objective(cfg, tokenizer, encoder)
+    dataset = tokenize(load_examples("Wiki1M-sample", args.data_dir), tokenizer, 32, tokenized_cache_dir(args.data_dir))
+    batches = Batches(dataset, args.batch_size, 0, tokenizer.pad_token_id)
+    texts = [ex[0] for ex in load_examples("Wiki1M-sample", args.data_dir)]
+    order = batches.order(0)
+    steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
+    st_step = sentence_transformers_step(args.batch_size, 3e-5)
+    times = {"SimCSE": [], "DiffCSE": [], "sentence-transformers MNRL": []}
+    for i in range(args.steps + 2):
+        batch = batches(i)
+        sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
+        measured = {"SimCSE": steps["SimCSE"](batch), "DiffCSE": steps["DiffCSE"](batch),
+                    "sentence-transformers MNRL": st_step(sentences)}
+        if i >= 2:
+            for k, v in measured.items():
+                times[k].append(v)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"training throughput, all-MiniLM-L6-v2, batch {args.batch_size}, max length 32, "
+          f"{torch.get_num_threads()} threads, median of {args.steps} steps")
+    for k, v in med.items():
+        print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
+    print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")
+    print(f"  DiffCSE / SimCSE step time: measured {med['DiffCSE'] / med['SimCSE']:.2f}x, "
+          f"FLOP ratio {flop_ratio(objectives['DiffCSE']):.2f}x")
+    if args.eval:
+        dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
+        calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]
+        e = statistics.median(calls)
+        for k in ("SimCSE", "DiffCSE"):
+            share = e / (e + 125 * med[k])
+            print(f"  dev evaluation every 125 steps, {k}: {e:.1f} s per call = {100 * share:.1f}% of wall time")
+
+
+if __name__ == "__main__":
+    main()
