@@ -11,7 +11,7 @@ import torch
 
 from .data import load_corpus
 from .io import atomic_dir, write_json_atomic
-from .methods.diffcse import mlm_corrupt
+from .methods.diffcse import mlm_corrupt, special_token_ids
 from .models import load_model
 
 
@@ -35,15 +35,16 @@ def _head_transform(mlm):
 def masked_token_accuracy(mlm, tokenizer, sentences, *, ratio=0.15, max_length=32, batch_size=64, seed=0) -> float:
     """Top-1 accuracy of predicting the original token at the selected (MLM-corrupted) positions."""
     g = torch.Generator().manual_seed(seed)
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    special_ids = special_token_ids(tokenizer)
     right = total = 0
+    head_transform = _head_transform(mlm)
     mlm.eval()
     with torch.inference_mode():
         for i in range(0, len(sentences), batch_size):
             ids, mask, original, selected = _masked_batch(tokenizer, sentences[i:i + batch_size], ratio, max_length,
                                                           special_ids, g)
             hidden = mlm.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[selected]
-            pred = mlm.get_output_embeddings()(_head_transform(mlm)(hidden)).argmax(-1)
+            pred = mlm.get_output_embeddings()(head_transform(hidden)).argmax(-1)
             right += int((pred == original[selected]).sum())
             total += int(selected.sum())
     return 100.0 * right / max(total, 1)
@@ -70,7 +71,7 @@ def fit_mlm_head(model: str, output_dir, *, corpus: str = "Wiki1M-sample", data_
     opt = torch.optim.AdamW(head, lr=lr)
     head_transform = _head_transform(mlm)
     g = torch.Generator().manual_seed(seed)
-    special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    special_ids = special_token_ids(tokenizer)
     start = time.perf_counter()
     mlm.train()
     for step in range(steps):

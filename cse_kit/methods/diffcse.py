@@ -30,6 +30,11 @@ CHOICES = {
 }
 
 
+def special_token_ids(tokenizer) -> torch.Tensor:
+    """Ids MLM corruption never selects ([CLS], [SEP], [PAD], ...)."""
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)))
+
+
 def mlm_corrupt(input_ids: torch.Tensor, special: torch.Tensor, ratio: float, mask_id: int, vocab_size: int,
                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's MLM corruption as the official collator: each non-special token is selected with probability
@@ -76,7 +81,7 @@ class DiffCSE(SimCSE):
         self.discriminator = discriminator if discriminator is not None else copy.deepcopy(encoder)
         self.rtd_head = nn.Linear(self.discriminator.config.hidden_size, 2)
         self.mask_id, self.cls_id, self.pad_id = tokenizer.mask_token_id, tokenizer.cls_token_id, tokenizer.pad_token_id
-        self.register_buffer("special_ids", torch.tensor(sorted(set(tokenizer.all_special_ids))), persistent=False)
+        self.register_buffer("special_ids", special_token_ids(tokenizer), persistent=False)
         self.vocab_size = gen_vocab
         self._h = None
         self.discriminator.embeddings.register_forward_hook(self._condition_on_h)

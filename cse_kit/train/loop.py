@@ -99,10 +99,11 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         accelerator.load_state(str(checkpoint))
         state = json.loads((checkpoint / "trainer_state.json").read_text())
     log_path = run / "log.jsonl"
+    environment = describe(accelerator.device)
     if accelerator.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", cfg.to_dict())
-        write_json_atomic(run / "environment.json", describe(accelerator.device))
+        write_json_atomic(run / "environment.json", environment)
         _truncate_log(log_path, state["step"])  # drop what was logged after the checkpoint we resume from
 
     def log(record):
@@ -174,7 +175,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     bar.close()
     summary = {"config": cfg.to_dict(), "steps": total, "best": state["best"], "best_step": state["best_step"],
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
-               "environment": describe(accelerator.device), "processes": accelerator.num_processes}
+               "environment": environment, "processes": accelerator.num_processes}
     if accelerator.is_main_process:
         write_json_atomic(summary_path, summary)
     accelerator.wait_for_everyone()
