@@ -18,7 +18,7 @@ from cse_kit.eval import DevEvaluator
 from cse_kit.models import resolve_reference
 from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
-from cse_kit.train.loop import _load_encoder
+from cse_kit.train.loop import load_encoder
 
 
 def _nonembedding_params(model) -> int:
@@ -90,7 +90,7 @@ def main():
     objectives = {}
     for name, cfg in cfgs.items():
         torch.manual_seed(0)
-        tokenizer, encoder = _load_encoder(cfg.model, cfg.dropout)
+        tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
         objectives[name] = build_objective(cfg, tokenizer, encoder)
     dataset = tokenize(load_examples("Wiki1M-sample", args.data_dir), tokenizer, 32, tokenized_cache_dir(args.data_dir))
     batches = Batches(dataset, args.batch_size, 0, tokenizer.pad_token_id)

@@ -116,6 +116,17 @@ def cmd_export_st(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    import time
+
+    from .report import build
+
+    start = time.perf_counter()
+    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only)
+    print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cse-kit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -188,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output")
     p.add_argument("--pooler", help="default: from the model's cse_kit.json")
     p.set_defaults(func=cmd_export_st)
+
+    p = sub.add_parser("report", help="execute (or reuse) every table notebook and build reports/index.html")
+    p.add_argument("--profile", default="auto", help="paper, cpu or smoke; auto: paper with a CUDA GPU, else cpu")
+    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
+    p.add_argument("--data-dir", help="data directory (default: $CSE_KIT_DATA or data/)")
+    p.add_argument("--out", help="report folder (default: reports/)")
+    p.add_argument("--force", action="store_true", help="re-execute every notebook (finished runs are still reused)")
+    p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

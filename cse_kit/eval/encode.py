@@ -81,7 +81,7 @@ class Encoder:
         return torch.autocast("cuda", dtype=dtype)
 
     def _encode_new(self, sentences: list[str]) -> None:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         start = time.perf_counter()
         ids = self.tokenizer(sentences, add_special_tokens=True, truncation=self.max_length is not None,

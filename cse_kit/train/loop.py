@@ -31,7 +31,8 @@ def _mixed_precision(setting: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
-def _load_encoder(ref: str, dropout: float | None):
+def load_encoder(ref: str, dropout: float | None = None):
+    """(tokenizer, encoder) without BERT's next-sentence pooler, as SimCSE and DiffCSE build it."""
     kwargs = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     try:  # SimCSE/DiffCSE build their encoders without BERT's NSP pooler
         return load_model(ref, add_pooling_layer=False, **kwargs)
@@ -61,7 +62,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     run = Path(cfg.output_dir)
     summary_path = run / "summary.json"
@@ -73,7 +74,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
     # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
     set_seed(cfg.seed)
-    tokenizer, encoder = _load_encoder(cfg.model, cfg.dropout)
+    tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
     with accelerator.main_process_first():
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,

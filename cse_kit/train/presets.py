@@ -41,15 +41,20 @@ class ProfileUnavailable(ValueError):
 PROFILES = {
     "paper": {"backbones": {"bert": ("bert-base-uncased", "distilbert-base-uncased"),
                             "roberta": ("roberta-base", "distilroberta-base")},
-              "settings": {"data": "Wiki1M"}},
+              "settings": {"data": "Wiki1M"},
+              "report": {"seeds": [42, 43, 44], "transfer_mode": "test"}},
     "cpu": {"backbones": {"bert": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-mlm")},
             "unavailable": {"roberta": "no RoBERTa checkpoint is available offline; run it with --profile paper"},
-            "settings": {"data": "Wiki1M-sample", "mixed_precision": "no"}},
+            # sized so the whole cpu report (about 20 runs and their evaluations) takes about two hours here
+            "settings": {"data": "Wiki1M-sample", "max_examples": 1024, "eval_steps": 16, "mixed_precision": "no"},
+            "report": {"seeds": [42], "transfer_mode": "test"}},
     "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm")},
               # STS-B dev selects here for every preset: transfer dev accuracy encodes 100k sentences, not seconds
               "settings": {"data": "Wiki1M-sample", "max_examples": 128, "batch_size": 16, "epochs": 1,
                            "eval_steps": 8, "log_steps": 2, "lr": 1e-4, "mixed_precision": "no",
-                           "metric": "stsb_spearman"}},
+                           "metric": "stsb_spearman"},
+              # SentEval's fast configuration keeps the smoke report within minutes
+              "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
 }
 
 

@@ -1,0 +1,282 @@
+"""What the table notebooks call: profile resolution, parameter checks, running a table's rows over seeds through
+the results store, and the paper-vs-reproduced comparison. Notebooks hold parameters, calls and plots only."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# tqdm.auto, imported by the libraries below, warns in a kernel without ipywidgets; the kit's bars are plain tqdm
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+from .io import write_json_atomic  # noqa: E402
+from .paper import paper_table  # noqa: E402
+from .results import Pretrained, ResultStore  # noqa: E402
+from .train.presets import GENERATORS, PROFILES, ProfileUnavailable, build_config
+
+#: What each profile's numbers are, printed at the top of every notebook and shown in the report.
+PROFILE_NOTES = {
+    "paper": "the papers' models (BERT/RoBERTa-base) and Wiki1M: comparable to the paper's numbers",
+    "cpu": "all-MiniLM-L6-v2 trained briefly on a Wiki1M sample: real runs, NOT comparable to the paper's BERT-base",
+    "smoke": "tiny random models trained for seconds: checks the pipeline, the numbers mean nothing",
+}
+
+
+class ParameterError(ValueError):
+    """A notebook parameter that cannot run; raised in the first cell, before any training."""
+
+
+def resolve_profile(profile: str) -> str:
+    """`auto` is `paper` with a CUDA GPU and `cpu` without."""
+    if profile == "auto":
+        import torch
+
+        return "paper" if torch.cuda.is_available() else "cpu"
+    if profile not in PROFILES:
+        raise ParameterError(f"unknown profile {profile!r}; choose auto, {', '.join(PROFILES)}")
+    return profile
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ParameterError(message)
+
+
+def sweep(values: list, single, name: str) -> list:
+    """The swept values, or only `single` when it is set (papermill `-p lam 0.005`)."""
+    chosen = list(values) if single is None else [single]
+    check(len(chosen) > 0, f"no {name} values to run: give a non-empty list or a single value")
+    return chosen
+
+
+def check_lams(lams: list) -> None:
+    bad = [x for x in lams if not isinstance(x, (int, float)) or x < 0]
+    check(not bad, f"λ must be a number >= 0 (0 is SimCSE with the BatchNorm projector); got {bad}")
+
+
+def check_mask_ratios(ratios: list) -> None:
+    bad = [x for x in ratios if not isinstance(x, (int, float)) or not 0 < x < 1]
+    check(not bad, f"masking ratios must lie in (0, 1), e.g. 0.3 for 30%; got {bad}")
+
+
+def check_generators(names: list) -> None:
+    bad = [g for g in names if g not in GENERATORS]
+    check(not bad, f"unknown generator(s) {bad}; choose from {', '.join(GENERATORS)}")
+
+
+def _quiet() -> None:
+    """Checkpoint load reports and save progress bars of every run would drown the notebook's own output."""
+    import logging
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
+
+
+@dataclass
+class Setup:
+    profile: str
+    seeds: list[int]
+    store: ResultStore
+
+    def describe(self) -> str:
+        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}"
+
+
+def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", results_dir: str = "",
+          force: bool = False) -> Setup:
+    """The first cell's call: resolves the profile and the seeds (the profile's default when empty) and opens the
+    results store. Prints the profile, which every number is recorded with."""
+    _quiet()
+    profile = resolve_profile(profile)
+    seeds = list(seeds) if seeds else list(PROFILES[profile]["report"]["seeds"])
+    check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
+    out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force))
+    print(out.describe())
+    return out
+
+
+@dataclass
+class Row:
+    """One row of a paper table: a preset with overrides (trained), or a pretrained model evaluated as it is."""
+
+    label: str
+    preset: str | None = None
+    overrides: dict = field(default_factory=dict)
+    model: str | None = None  # Pretrained: a model reference on this profile
+    pooler: str | None = None
+    unavailable: str | None = None  # why this profile cannot run the row, when known up front
+
+    def subject(self, profile: str, seed: int):
+        if self.unavailable:
+            raise ProfileUnavailable(self.unavailable)
+        if self.preset is None:
+            return Pretrained(self.model, self.pooler, profile)
+        return build_config(self.preset, profile, {**self.overrides, "seed": seed})
+
+
+def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
+    """Long table: one line per (row, seed) with status, reason and the columns metrics(record) returns.
+    Pretrained rows are deterministic and run once. Rows the profile cannot run are kept, marked `not run`."""
+    lines = []
+    for row in rows:
+        for seed in s.seeds if row.preset else s.seeds[:1]:
+            try:
+                record = s.store.get(row.subject(s.profile, seed), evals)
+            except ProfileUnavailable as err:
+                lines.append({"row": row.label, "seed": seed, "status": "not run", "reason": str(err)})
+                break
+            lines.append({"row": row.label, "seed": seed, "status": "ok", "reason": "", "key": record["key"],
+                          **metrics(record)})
+    return pd.DataFrame(lines)
+
+
+def records(rows: list[Row], s: Setup, evals: tuple) -> dict[str, list[dict]]:
+    """label -> the records of its seeds (rows the profile cannot run are left out; run_rows reports them)."""
+    out = {}
+    for row in rows:
+        try:
+            out[row.label] = [s.store.get(row.subject(s.profile, seed), evals)
+                              for seed in (s.seeds if row.preset else s.seeds[:1])]
+        except ProfileUnavailable:
+            continue
+    return out
+
+
+# --- record -> table columns -------------------------------------------------------------------------------------
+STS_COLUMNS = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
+               "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+TRANSFER_COLUMNS = {"MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": "SST", "TREC": "TREC",
+                    "MRPC": "MRPC"}
+
+
+def sts_test_columns(record: dict) -> dict:
+    sts = record["metrics"]["sts_test"]
+    out = {col: (sts[t]["all"]["spearman"] if "all" in sts[t] else sts[t]["test"]["spearman"])
+           for t, col in STS_COLUMNS.items()}
+    return {**out, "Avg.": sts["avg"]}
+
+
+def transfer_test_columns(record: dict) -> dict:
+    name = next(k for k in ("transfer_test", "transfer_fasttest") if k in record["metrics"])
+    tr = record["metrics"][name]
+    return {**{col: tr[t]["acc"] for t, col in TRANSFER_COLUMNS.items()}, "Avg.": tr["avg"]}
+
+
+def dev_columns(record: dict) -> dict:
+    out = {"STS-B": record["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"]}
+    if "transfer_dev" in record["metrics"]:
+        out["Avg. transfer"] = record["metrics"]["transfer_dev"]["avg"]
+    return out
+
+
+def retrieval_columns(record: dict) -> dict:
+    r = record["metrics"]["geometry"]["retrieval"]
+    return {f"@{k}": r[f"recall@{k}"] for k in (1, 5, 10)}
+
+
+def geometry_columns(record: dict) -> dict:
+    g = record["metrics"]["geometry"]["align_uniform"]
+    return {"Alignment": g["alignment"], "Uniformity": g["uniformity"], "STS": record["metrics"]["sts_test"]["avg"]}
+
+
+def transfer_eval(profile: str) -> str:
+    """The transfer evaluation a profile reports test accuracy with (the papers: SentEval's `test` config)."""
+    return f"transfer_{PROFILES[profile]['report']['transfer_mode']}"
+
+
+# --- paper vs reproduced ------------------------------------------------------------------------------------------
+def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None) -> pd.DataFrame:
+    """One line per (row, column): the paper's value, mean ± std over seeds, n, and the difference.
+    cell(row, column) -> (paper row, paper column) says where the paper's value is (default: the same labels;
+    sweeps such as Table 8 put our rows in the paper's columns). Cells the paper lacks show NaN."""
+    paper = paper_table(table)
+    cell = cell or (lambda row, column: (row, column))
+    out = []
+    for label, group in long.groupby("row", sort=False):
+        ok = group[group.status == "ok"]
+        for col in columns:
+            values = ok[col].dropna().to_numpy(float) if col in ok else np.array([])
+            prow, pcol = cell(label, col)
+            ref = float(paper.loc[prow, pcol]) if prow in paper.index and pcol in paper.columns else math.nan
+            mean = float(values.mean()) if len(values) else math.nan
+            out.append({"row": label, "column": col, "paper": ref, "mean": mean,
+                        "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
+                        "diff": mean - ref, "reason": "" if len(values) else "; ".join(sorted(set(group.reason)))})
+    return pd.DataFrame(out)
+
+
+def sweep_cell(paper_row: str):
+    """For sweep tables (7, 8): our row `0.005` is the paper's column `0.005` of its single row."""
+    return lambda row, column: (paper_row, row)
+
+
+def fmt_mean_std(mean: float, std: float, n: int, digits: int = 2) -> str:
+    if n == 0 or math.isnan(mean):
+        return "not run"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" if n > 1 else f"{mean:.{digits}f} (n=1)"
+
+
+def wide(comparison: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
+    """Paper-style layout: one line per row, each column showing `paper | ours mean ± std (Δ)`."""
+    cells = comparison.assign(cell=[
+        (f"{r.paper:.{digits}f} | " if not math.isnan(r.paper) else "— | ")
+        + fmt_mean_std(r.mean, r.std, r.n, digits) + (f" ({r.diff:+.{digits}f})" if not math.isnan(r.diff) else "")
+        for r in comparison.itertuples()])
+    return cells.pivot(index="row", columns="column", values="cell").reindex(
+        index=list(dict.fromkeys(comparison.row)), columns=list(dict.fromkeys(comparison.column)))
+
+
+def style(comparison: pd.DataFrame, caption: str, tolerance: float = 1.0, digits: int = 2):
+    """The comparison as a pandas Styler, Δ green within `tolerance` of the paper and red beyond."""
+    shown = comparison.assign(ours=[fmt_mean_std(m, s, n, digits) for m, s, n in
+                                    zip(comparison["mean"], comparison["std"], comparison["n"])])
+    shown = shown[["row", "column", "paper", "ours", "n", "diff", "reason"]].reset_index(drop=True)
+
+    def colour(v):
+        if isinstance(v, float) and not math.isnan(v):
+            return f"color: {'#1a7f37' if abs(v) <= tolerance else '#cf222e'}; font-weight: bold"
+        return ""
+
+    return (shown.style.format({"paper": f"{{:.{digits}f}}", "diff": f"{{:+.{digits}f}}"}, na_rep="—")
+            .map(colour, subset=["diff"]).hide(axis="index").set_caption(caption))
+
+
+def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),
+               extra: dict | None = None) -> Path:
+    """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the
+    comparison, the figures as PNG data URIs, notes, the profile and seeds."""
+    from .environment import describe
+    from .plots import to_data_uri
+
+    table = {"name": name, "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
+             "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
+             "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
+             "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path = write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
+    _publish(table)
+    return path
+
+
+#: The MIME type under which a notebook hands its table to the report (read back from the executed notebook).
+TABLE_MIMETYPE = "application/vnd.cse-kit.table+json"
+
+
+def _publish(table: dict) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        display({TABLE_MIMETYPE: table}, raw=True)

@@ -1,0 +1,93 @@
+"""The notebooks' figures: sweep curves with the paper's points, Figure 2's similarity distributions, the
+alignment-uniformity plane, and paper-vs-ours bars. Each returns a matplotlib Figure."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+PAPER_STYLE = {"color": "#555555", "marker": "s", "linestyle": "--", "label": "paper"}
+OURS_STYLE = {"color": "#0b6fbf", "marker": "o", "capsize": 4, "label": "reproduced (mean ± std)"}
+
+
+def sweep(comparison: pd.DataFrame, xlabel: str, title: str, log_x: bool = False):
+    """One metric over a swept value: our mean ± std per value with the paper's points (two y-axes when the
+    profile's scale differs from the paper's, e.g. MiniLM on cpu)."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = np.arange(len(comparison))
+    ours = comparison["mean"].to_numpy(float)
+    ax.errorbar(x, ours, yerr=np.nan_to_num(comparison["std"].to_numpy(float)), **OURS_STYLE)
+    paper_ax = ax
+    if np.isfinite(ours).any() and abs(np.nanmean(ours) - comparison["paper"].mean()) > 5:
+        paper_ax = ax.twinx()
+        paper_ax.set_ylabel("paper", color=PAPER_STYLE["color"])
+    paper_ax.plot(x, comparison["paper"], **PAPER_STYLE)
+    ax.set_xticks(x, comparison["row"], rotation=30 if log_x else 0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(comparison["column"].iloc[0])
+    ax.set_title(title)
+    handles = [h for a in {ax, paper_ax} for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def bars(comparison: pd.DataFrame, column: str, title: str):
+    """Paper vs reproduced for one column of a table, one pair of bars per row that ran."""
+    part = comparison[(comparison.column == column)]
+    fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(part)), 3.4))
+    x = np.arange(len(part))
+    ax.bar(x - 0.2, part["paper"], 0.4, color="#bbbbbb", label="paper")
+    ax.bar(x + 0.2, part["mean"], 0.4, yerr=np.nan_to_num(part["std"].to_numpy(float)), color="#0b6fbf",
+           capsize=4, label="reproduced")
+    ax.set_xticks(x, part["row"], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(column)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of STS-B test pairs by gold score"):
+    """DiffCSE Figure 2: one panel per model, one histogram per gold-score group."""
+    fig, axes = plt.subplots(1, len(bins_by_model), figsize=(5 * len(bins_by_model), 3.6), sharex=True,
+                             squeeze=False)
+    for ax, (model, bins) in zip(axes[0], bins_by_model.items()):
+        for (name, b), colour in zip(bins.items(), plt.cm.viridis(np.linspace(0, 0.9, len(bins)))):
+            if b["values"]:
+                ax.hist(b["values"], bins=30, density=True, alpha=0.45, color=colour, label=f"{name} (n={b['n']})")
+        ax.set_title(model)
+        ax.set_xlabel("cosine similarity")
+    axes[0][0].set_ylabel("density")
+    axes[0][-1].legend(title="gold score", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]] | None = None):
+    """DiffCSE Table 11 as Wang & Isola's plane: alignment against uniformity, lower-left is better."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for label, (a, u) in points.items():
+        ax.scatter(u, a, color=OURS_STYLE["color"])
+        ax.annotate(label, (u, a), fontsize=8, xytext=(4, 4), textcoords="offset points")
+    for label, (a, u) in (paper or {}).items():
+        ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
+        ax.annotate(f"{label} (paper)", (u, a), fontsize=8, color=PAPER_STYLE["color"], xytext=(4, -10),
+                    textcoords="offset points")
+    ax.set_xlabel("uniformity (lower is better)")
+    ax.set_ylabel("alignment (lower is better)")
+    ax.set_title("Alignment and uniformity, STS-B test")
+    fig.tight_layout()
+    return fig
+
+
+def to_data_uri(fig) -> str:
+    """A self-contained PNG data: URI (for the report; no file, no URL)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()

@@ -1,0 +1,215 @@
+"""The results store: one JSON record per run, keyed by a hash of what determines its numbers (the resolved
+configuration, the code that trains and evaluates, the data checksums), so notebooks and the report reuse finished
+runs instead of retraining them.
+
+A record holds the config, code version, data checksums, environment, seed, dev curve, timings and the metrics of
+every evaluation asked of it so far (`sts_test`, `sts_dev`, `transfer_dev`, `transfer_test`, `transfer_fasttest`,
+`geometry`); asking for a new evaluation adds it to the record. Writes are atomic; an interrupted training run
+resumes from its checkpoint; a record that cannot be read is set aside (renamed `*.corrupt`), reported, and
+recomputed."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from .data import resolve_data_dir
+from .environment import describe
+from .io import write_json_atomic
+from .train.config import TrainConfig
+
+PACKAGE = Path(__file__).resolve().parent
+#: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
+RESULT_CODE = ("methods", "train", "eval", "data", "models.py", "mlm_head.py")
+#: Config fields that say where things are, not what is computed.
+LOCATIONS = ("output_dir", "data_dir")
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A model evaluated as it is, without training (e.g. DiffCSE Table 11's "Avg. BERT-base")."""
+
+    model: str
+    pooler: str
+    profile: str | None = None
+
+
+def code_version() -> str:
+    digest = hashlib.sha256()
+    for part in RESULT_CODE:
+        root = PACKAGE / part
+        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+            digest.update(str(path.relative_to(PACKAGE)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def data_checksums() -> str:
+    """Digest of the checksums every imported or downloaded data file is verified against."""
+    return hashlib.sha256((PACKAGE / "data" / "checksums.json").read_bytes()).hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def subject_dict(subject: TrainConfig | Pretrained) -> dict:
+    if isinstance(subject, TrainConfig):
+        return {"kind": "trained", **{k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}}
+    return {"kind": "pretrained", **dataclasses.asdict(subject)}
+
+
+def record_key(subject: TrainConfig | Pretrained) -> str:
+    what = {"subject": subject_dict(subject), "code": code_version(), "data": data_checksums()}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def default_results_dir() -> Path:
+    """`CSE_KIT_RESULTS`, else reports/results in the repository."""
+    env = os.environ.get("CSE_KIT_RESULTS")
+    return Path(env).expanduser() if env else PACKAGE.parent / "reports" / "results"
+
+
+class CorruptRecord(ValueError):
+    pass
+
+
+class ResultStore:
+    """Records under `results_dir/records/<key>.json`, training runs under `results_dir/runs/<key>/`.
+
+    force=True recomputes every record this store is asked for, once (a record asked for twice in one notebook is
+    trained once)."""
+
+    def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False):
+        self.root = Path(results_dir) if results_dir else default_results_dir()
+        self.data_dir = str(resolve_data_dir(data_dir))
+        self.force, self.progress = force, progress
+        self._recomputed: set[str] = set()
+
+    def record_path(self, key: str) -> Path:
+        return self.root / "records" / f"{key}.json"
+
+    def run_dir(self, key: str) -> Path:
+        return self.root / "runs" / key
+
+    def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
+        """The record of subject with every evaluation in evals: reused where finished, computed where not."""
+        unknown = [e for e in evals if e not in EVALUATIONS]
+        if unknown:
+            raise ValueError(f"unknown evaluation(s) {unknown}; choose from {', '.join(EVALUATIONS)}")
+        key = record_key(subject)
+        if self.force and key not in self._recomputed:
+            self._discard(key)
+            self._recomputed.add(key)
+        record = self._load(key) or self._new_record(key, subject)
+        missing = [e for e in evals if e not in record["metrics"]]
+        if missing:
+            encoder = self._encoder(record)
+            for name in missing:
+                start = time.perf_counter()
+                record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir)
+                record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
+            record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            write_json_atomic(self.record_path(key), record)
+        return record
+
+    def _discard(self, key: str) -> None:
+        self.record_path(key).unlink(missing_ok=True)
+        shutil.rmtree(self.run_dir(key), ignore_errors=True)
+
+    def _load(self, key: str) -> dict | None:
+        path = self.record_path(key)
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text())
+            if record.get("key") != key or not isinstance(record.get("metrics"), dict):
+                raise CorruptRecord("its key or metrics are not what this store wrote")
+        except (json.JSONDecodeError, UnicodeDecodeError, CorruptRecord) as err:
+            aside = path.with_suffix(f".corrupt-{time.strftime('%Y%m%d%H%M%S')}")
+            path.replace(aside)
+            warnings.warn(f"result record {path} is corrupt ({err}); moved to {aside.name} and recomputing it",
+                          stacklevel=3)
+            return None
+        return record
+
+    def _new_record(self, key: str, subject) -> dict:
+        record = {"key": key, "subject": subject_dict(subject), "profile": subject.profile,
+                  "seed": getattr(subject, "seed", None), "code_version": code_version(), "git_commit": git_commit(),
+                  "data_checksums": data_checksums(), "environment": describe(), "metrics": {}, "timings": {},
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        if isinstance(subject, TrainConfig):
+            record.update(self._train(key, subject))
+        else:
+            record["model_dir"], record["pooler"] = subject.model, subject.pooler
+        write_json_atomic(self.record_path(key), record)
+        return record
+
+    def _train(self, key: str, cfg: TrainConfig) -> dict:
+        from .train.loop import train
+
+        run = self.run_dir(key)
+        cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
+        summary = train(cfg, progress=self.progress)  # resumes an interrupted run from its checkpoint
+        curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
+        return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
+                "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes")},
+                "dev_curve": [r for r in curve if "dev" in r], "train_curve": [r for r in curve if "dev" not in r],
+                "timings": {f"train_{k}_s": v for k, v in summary["seconds"].items()}}
+
+    def _encoder(self, record: dict):
+        from .eval.encode import Encoder
+        from .train.loop import load_encoder
+
+        if record["subject"]["kind"] == "trained" and not Path(record["model_dir"]).is_dir():
+            raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({record['model_dir']}); "
+                                    "rerun with force=True to retrain it")
+        tokenizer, model = load_encoder(record["model_dir"])
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress)
+
+
+def _sts(mode: str):
+    def run(encoder, data_dir):
+        from .eval.runner import evaluate
+
+        tasks = "sts" if mode == "test" else ("STSBenchmark", "SICKRelatedness")
+        return evaluate(encoder, tasks, mode, data_dir)["sts"]
+    return run
+
+
+def _transfer(mode: str):
+    def run(encoder, data_dir):
+        from .eval.runner import evaluate
+
+        result = evaluate(encoder, "transfer", mode, data_dir)["transfer"]
+        return {**result, "mode": mode}
+    return run
+
+
+def _geometry(encoder, data_dir) -> dict:
+    from .data import load_sts
+    from .eval.geometry import align_uniform, nearest, retrieval_recall, similarity_by_gold_bin
+    from .paper import paper_examples
+
+    queries = paper_examples(9)["queries"]
+    pool = list(dict.fromkeys(s for p in load_sts("STSBenchmark", "test", data_dir) for s in (p.sent1, p.sent2)))
+    return {"align_uniform": align_uniform(encoder, data_dir), "gold_bins": similarity_by_gold_bin(encoder, data_dir),
+            "retrieval": retrieval_recall(encoder, data_dir),
+            "nearest": {q: found for q, found in zip(queries, nearest(encoder, queries, pool))}}
+
+
+#: name -> fn(encoder, data_dir) -> metrics
+EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
+               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry}

@@ -1,0 +1,139 @@
+"""Which run stands behind each row of each DiffCSE table: presets, overrides and the paper's row labels.
+
+The identities the paper relies on are kept, so shared rows are trained once: λ = 0 (Table 8) is SimCSE with the
+BatchNorm projector (Table 5); DiffCSE with BatchNorm (Table 5) = DistilBERT generator (Table 6) = 30% masking
+(Table 7) = λ 0.005 (Table 8), all the `diffcse-bert-sts` preset."""
+
+from __future__ import annotations
+
+from .experiments import Row
+from .train.presets import GENERATORS, PRESETS, PROFILES
+
+BACKBONE_LABELS = {"bert": "BERT-base", "roberta": "RoBERTa-base"}
+#: SimCSE with DiffCSE's BatchNorm projector and DiffCSE's STS settings (lr, epochs, batch): Table 5, Table 8 λ = 0
+SIMCSE_BATCHNORM = Row("SimCSE w/ BatchNorm", "diffcse-bert-sts", {"method": "simcse"})
+#: Table 6 generator name -> the paper's row label
+GENERATOR_ROWS = {"bert-large": "BERT-large (L=24, H=1024)", "bert-base": "BERT-base (L=12, H=768)",
+                  "distilbert": "DistilBERT-base (L=6, H=768)", "bert-medium": "BERT-medium (L=8, H=512)",
+                  "bert-small": "BERT-small (L=4, H=512)", "bert-mini": "BERT-mini (L=4, H=256)",
+                  "bert-tiny": "BERT-tiny (L=2, H=128)"}
+TABLE6_GENERATORS = list(GENERATOR_ROWS)
+#: the generator the BERT presets use on the paper profile; on other profiles the profile's own generator stands in
+DEFAULT_GENERATOR = "distilbert"
+
+
+def table1_rows(backbones: list[str]) -> list[Row]:
+    """STS test: SimCSE as the DiffCSE authors reproduced it, and DiffCSE's STS models."""
+    return [row for b in backbones for row in (
+        Row(f"SimCSE-{BACKBONE_LABELS[b]} (reproduce)", f"simcse-{b}"),
+        Row(f"DiffCSE-{BACKBONE_LABELS[b]}", f"diffcse-{b}-sts"))]
+
+
+def table2_rows(backbones: list[str]) -> list[Row]:
+    """Transfer test: SimCSE and DiffCSE's transfer models (selected on average transfer dev accuracy)."""
+    return [row for b in backbones for row in (
+        Row(f"SimCSE-{BACKBONE_LABELS[b]}", f"simcse-{b}"),
+        Row(f"DiffCSE-{BACKBONE_LABELS[b]}", f"diffcse-{b}-transfer"))]
+
+
+def table5_rows() -> list[Row]:
+    return [Row("DiffCSE w/ BatchNorm", "diffcse-bert-sts"),
+            Row("DiffCSE w/o BatchNorm", "diffcse-bert-sts", {"projector": "mlp"}),
+            SIMCSE_BATCHNORM,
+            Row("SimCSE w/o BatchNorm", "simcse-bert")]
+
+
+def table6_rows(generators: list[str], profile: str) -> list[Row]:
+    rows = [Row("SimCSE (no generator)", "simcse-bert")]
+    for name in generators:
+        if profile == "paper":
+            rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts", {"generator": name}))
+        elif name == DEFAULT_GENERATOR:  # the profile's generator (e.g. the fitted MiniLM MLM head) stands in
+            rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts"))
+        else:
+            rows.append(Row(GENERATOR_ROWS[name], unavailable=f"generator {name} ({GENERATORS[name]}) has no "
+                            f"offline checkpoint on the {profile} profile; run it with profile='paper'"))
+    return rows
+
+
+def ratio_label(ratio: float) -> str:
+    return f"{round(ratio * 100, 6):g}%"
+
+
+def table7_rows(ratios: list[float]) -> list[Row]:
+    return [Row(ratio_label(r), "diffcse-bert-sts", {"mask_ratio": r}) for r in ratios]
+
+
+def table8_rows(lams: list[float]) -> list[Row]:
+    return [Row(f"{lam:g}", SIMCSE_BATCHNORM.preset, SIMCSE_BATCHNORM.overrides) if lam == 0
+            else Row(f"{lam:g}", "diffcse-bert-sts", {"lam": lam}) for lam in lams]
+
+
+def geometry_rows(profile: str) -> list[Row]:
+    """Tables 9-11 and Figure 2: the BERT STS models, and (Table 11) the untrained backbone, averaged over tokens
+    as DiffCSE's evaluation.py does ("first-last avg" = embeddings + last layer there)."""
+    backbone = PROFILES[profile]["backbones"]["bert"][0]
+    return [Row("Avg. BERT-base", model=backbone, pooler="avg_emb_last"),
+            Row("SimCSE-BERT-base", "simcse-bert"), Row("DiffCSE-BERT-base", "diffcse-bert-sts")]
+
+
+def hyperparameter_rows(kind: str) -> dict[str, dict]:
+    """Tables 12 (kind="sts") and 13 ("transfer") from the presets, in the paper's columns."""
+    out = {}
+    for backbone, label in BACKBONE_LABELS.items():
+        _, p = PRESETS[f"diffcse-{backbone}-{kind}"]
+        out[label] = {"learning rate": p["lr"], "masking ratio": p["mask_ratio"], "λ": p["lam"],
+                      "training epochs": p["epochs"], "batch size": p["batch_size"]}
+    return out
+
+
+def _architecture(profile: str, backbone: str):
+    """The profile's encoder for counting parameters. On `paper` the BERT/RoBERTa-base shapes are built from their
+    configurations with random weights, so counting needs no download."""
+    from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
+
+    from .train.loop import load_encoder
+    from .train.presets import ProfileUnavailable
+
+    if profile == "paper":
+        if backbone == "bert":
+            return BertModel(BertConfig(), add_pooling_layer=False)
+        return RobertaModel(RobertaConfig(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1),
+                            add_pooling_layer=False)
+    if backbone in PROFILES[profile].get("unavailable", {}):
+        raise ProfileUnavailable(PROFILES[profile]["unavailable"][backbone])
+    return load_encoder(PROFILES[profile]["backbones"][backbone][0])[1]
+
+
+def count_parameters(encoder) -> dict[str, int]:
+    """Trainable parameters of SimCSE and DiffCSE at training time, and of the encoder kept for testing.
+    DiffCSE trains the encoder, its BatchNorm projector, a discriminator of the encoder's size and the RTD head;
+    its generator is frozen and not counted (as in the paper's Table 14)."""
+    import copy
+
+    from torch import nn
+
+    from .methods import SimCSE
+
+    def n(*modules):
+        return sum(p.numel() for m in modules for p in m.parameters() if p.requires_grad)
+
+    hidden = encoder.config.hidden_size
+    return {"SimCSE": n(SimCSE(encoder, projector="mlp")),
+            "DiffCSE (train)": n(SimCSE(encoder, projector="batchnorm"), copy.deepcopy(encoder), nn.Linear(hidden, 2)),
+            "DiffCSE (test)": n(encoder)}
+
+
+def parameter_table(profile: str) -> dict[str, dict[str, int | str]]:
+    """Table 14 on a profile: method -> backbone label -> count, or the reason the backbone cannot be built."""
+    from .train.presets import ProfileUnavailable
+
+    out: dict[str, dict] = {}
+    for backbone, label in BACKBONE_LABELS.items():
+        try:
+            counts = count_parameters(_architecture(profile, backbone))
+        except ProfileUnavailable as err:
+            counts = dict.fromkeys(("SimCSE", "DiffCSE (train)", "DiffCSE (test)"), f"not run: {err}")
+        for method, value in counts.items():
+            out.setdefault(method, {})[label] = value
+    return out

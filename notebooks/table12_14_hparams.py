@@ -1,0 +1,64 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # DiffCSE Tables 12-14: hyper-parameters and parameter counts
+# Tables 12 and 13 are generated from the kit's presets, Table 14 from the models the profile instantiates
+# (on the paper profile, BERT/RoBERTa-base built from their configurations, so nothing is downloaded).
+
+# %% tags=["parameters"]
+profile: str = "auto"  # paper (GPU + Hub), cpu (all-MiniLM-L6-v2, offline), smoke (tiny models); auto: paper with a GPU
+seeds: list = []  # training seeds; empty: the profile's default
+data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
+results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results
+force: bool = False  # retrain and re-evaluate even when a finished run exists
+
+# %%
+import pandas as pd
+from IPython.display import display
+
+from cse_kit import experiments as ex, tables
+from cse_kit.paper import paper_table
+
+s = ex.setup(profile, seeds, data_dir, results_dir, force)
+
+
+def side_by_side(table, ours):
+    paper = paper_table(table)
+    lines = [{"row": row, "column": col, "paper": float(paper.loc[row, col]), "mean": float(value), "std": float("nan"),
+              "n": 1, "diff": float(value) - float(paper.loc[row, col]), "reason": ""}
+             for row, values in ours.items() for col, value in values.items()]
+    return pd.DataFrame(lines)
+
+
+# %%
+hparams = pd.concat([side_by_side(12, tables.hyperparameter_rows("sts")).assign(table="12 (STS)"),
+                     side_by_side(13, tables.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
+hparams["row"] = hparams["table"] + ": " + hparams["row"]
+hparams = hparams.drop(columns="table")
+display(ex.style(hparams, "Tables 12-13: presets vs paper", tolerance=0.0, digits=6))
+
+# %%
+counts = tables.parameter_table(s.profile)
+millions = {m: {b: (v / 1e6 if isinstance(v, int) else float("nan")) for b, v in per.items()} for m, per in counts.items()}
+table14 = side_by_side(14, millions)
+table14["reason"] = [counts[r.row][r.column] if isinstance(counts[r.row][r.column], str) else ""
+                     for r in table14.itertuples()]
+display(ex.style(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0,
+                 digits=1))
+
+# %%
+ex.save_table(s, "table12_14_hparams", "Tables 12-14: hyper-parameters and parameter counts",
+              pd.concat([hparams, table14.assign(row="14: " + table14["row"])]))
