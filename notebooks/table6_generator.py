@@ -25,7 +25,7 @@ seeds: list = []  # training seeds; empty: the profile's default
 data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
 results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results
 force: bool = False  # retrain and re-evaluate even when a finished run exists
-generators: list = ["bert-large", "bert-base", "distilbert", "bert-medium", "bert-small", "bert-mini", "bert-tiny"]
+generators: list = ["bert-large", "bert-base", "distilbert", "bert-medium", "bert-small", "bert-mini", "bert-tiny"]  # rows of the paper
 generator: str = None  # run only this generator, e.g. -p generator bert-tiny; None runs the list
 
 # %%

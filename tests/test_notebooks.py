@@ -1,0 +1,152 @@
+"""The table notebooks (papermill, smoke profile), their jupytext twins, and the HTML report."""
+
+import http.server
+import json
+import shutil
+import socketserver
+import subprocess
+import threading
+from pathlib import Path
+
+import jupytext
+import nbformat
+import papermill
+import pytest
+
+from cse_kit import report
+from cse_kit.experiments import TABLE_MIMETYPE
+
+from conftest import REPO
+
+NOTEBOOKS = REPO / "notebooks"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def results_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("results")
+
+
+def _run(name, tmp_path, data_dir, results_dir, **params):
+    out = tmp_path / f"{name}.out.ipynb"
+    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), kernel_name="python3", cwd=str(NOTEBOOKS),
+                               progress_bar=False, parameters={"data_dir": str(data_dir),
+                                                               "results_dir": str(results_dir), **params})
+    return nbformat.read(out, as_version=4)
+
+
+@pytest.mark.parametrize("name", report.NOTEBOOKS)
+def test_notebook_is_paired_stripped_and_parameterized(name):
+    source, twin = NOTEBOOKS / f"{name}.ipynb", NOTEBOOKS / f"{name}.py"
+    nb, text = jupytext.read(source), jupytext.read(twin)
+    assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in text.cells], \
+        f"{name}.ipynb and {name}.py differ: run `jupytext --sync notebooks/{name}.py`"
+    assert all(not c.get("outputs") for c in nbformat.read(source, as_version=4).cells), f"{name}.ipynb has outputs"
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    params = papermill.inspect_notebook(str(source))
+    assert {"profile", "seeds", "data_dir", "results_dir", "force"} <= set(params)
+    assert all(p["inferred_type_name"] != "None" and p["help"] for p in params.values()), params
+
+
+def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results_dir):
+    nb = _run("table8_lambda", tmp_path, data_dir, results_dir, lam=0.005, profile="smoke")
+    table = report.table_of(nb)
+    assert table["profile"] == "smoke" and table["seeds"] == [1, 2]
+    [row] = table["comparison"]
+    assert row["row"] == "0.005" and row["paper"] == 84.56 and row["n"] == 2
+    assert -100 < row["mean"] < 100 and row["diff"] == pytest.approx(row["mean"] - 84.56)
+    shown = "".join(o.get("data", {}).get("text/html", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "84.56" in shown and "0.005" in shown
+    assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+    assert len(list((results_dir / "records").glob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("name,params,message", [
+    ("table8_lambda", {"lam": -1.0}, "λ must be"),
+    ("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in"),
+    ("table6_generator", {"generator": "gpt2"}, "unknown generator"),
+    ("table1_sts", {"profile": "laptop"}, "unknown profile"),
+])
+def test_bad_parameters_fail_in_the_first_cell_before_training(name, params, message, tmp_path, data_dir):
+    with pytest.raises(papermill.PapermillExecutionError, match=message):
+        _run(name, tmp_path, data_dir, tmp_path / "results", **{"profile": "smoke", **params})
+    assert not (tmp_path / "results").exists()
+
+
+class _CountingProxy(socketserver.ThreadingTCPServer):
+    """Every connection the browser opens through its proxy: any request for a non-file URL lands here."""
+
+    allow_reuse_address = True
+
+    def __init__(self):
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def handle_one_request(self):
+                line = self.rfile.readline(2048).decode(errors="replace").strip()
+                if line:
+                    outer.requests.append(line)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_dir):
+    only = ["figure2_cosine", "table12_14_hparams"]
+    out = tmp_path / "reports"
+    index = report.build("smoke", results_dir, data_dir, out, only=only, log=lambda *_: None)
+    page = index.read_text()
+    assert "Figure 2: cosine similarity by gold-score group" in page and "Tables 12-14" in page
+    assert page.count("data:image/png;base64,") >= 2 and "class='failed'" not in page
+    assert "http://" not in page and "https://" not in page  # nothing to fetch: no script, style, font, image URL
+    assert "84.56" not in page and "7e-06" in page or "0.000007" in page
+    runs = json.loads((out / "report.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    report.build("smoke", results_dir, data_dir, out, only=only, log=lambda *_: None)
+    assert [r["status"] for r in json.loads((out / "report.json").read_text())["runs"]] == ["reused", "reused"]
+
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    shot = tmp_path / "report.png"
+    hosts = _render(index.as_uri(), shot, tmp_path / "chromium")
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    # Chromium calls its own Google services (time, accounts) even for an empty page; the page adds nothing
+    assert all(h == "google.com" or h.endswith(".google.com") for h in hosts), hosts
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!doctype html><title>blank</title>")
+    assert all(h.endswith("google.com") for h in _render(blank.as_uri(), tmp_path / "b.png", tmp_path / "c-blank"))
+
+
+def _render(url: str, screenshot: Path, profile_dir: Path) -> list[str]:
+    """Screenshot url in headless Chromium with every request sent through a counting proxy; the hosts asked for."""
+    proxy = _CountingProxy()
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        f"--user-data-dir={profile_dir}", f"--proxy-server=127.0.0.1:{proxy.server_address[1]}",
+                        "--proxy-bypass-list=<-loopback>", "--window-size=1200,2000", f"--screenshot={screenshot}",
+                        url], check=True, capture_output=True, timeout=120)
+    finally:
+        proxy.shutdown()
+    return [_host(line) for line in proxy.requests]
+
+
+def _host(request_line: str) -> str:
+    """Host of `GET http://host/path HTTP/1.1` or `CONNECT host:443 HTTP/1.1`."""
+    target = request_line.split()[1]
+    return target.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+
+
+def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):
+    nb = _run("table12_14_hparams", tmp_path, data_dir, results_dir, profile="smoke")
+    assert report.table_of(nb)["name"] == "table12_14_hparams"
+    assert TABLE_MIMETYPE not in report.notebook_html(nb)
+
+
+@pytest.mark.slow
+def test_whole_smoke_report(tmp_path, data_dir):
+    index = report.build("smoke", tmp_path / "results", data_dir, tmp_path / "reports", log=lambda *_: None)
+    runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
+    assert [r["name"] for r in runs] == list(report.NOTEBOOKS) and all(r["status"] == "ok" for r in runs)
+    assert index.read_text().count("<h2 id=") == len(report.NOTEBOOKS)

@@ -1,0 +1,168 @@
+"""The results store, the paper's numbers as data, the table definitions and the comparison arithmetic."""
+
+import json
+import math
+import re
+
+import pandas as pd
+import pytest
+
+from cse_kit import experiments as ex
+from cse_kit import results, tables
+from cse_kit.paper import paper_table, paper_value
+from cse_kit.results import Pretrained, ResultStore, record_key
+from cse_kit.train.presets import build_config
+
+from conftest import SHARED
+
+
+def _papers_md_row(table_heading: str, row: str) -> list[float]:
+    """A row of a table in papers.md §5.1, read from the markdown itself."""
+    text = (SHARED / "spec" / "papers.md").read_text()
+    section = text[text.index(table_heading):]
+    line = next(ln for ln in section.splitlines() if ln.startswith("|") and row in ln.split("|")[1])
+    return [float(c) for c in line.strip().strip("|").split("|")[1:]]
+
+
+@pytest.mark.parametrize("heading,table,row,ours", [
+    ("**Table 1**", 1, "* DiffCSE-BERT-base", "DiffCSE-BERT-base"),
+    ("**Table 1**", 1, "* SimCSE-RoBERTa-base (reproduce)", "SimCSE-RoBERTa-base (reproduce)"),
+    ("**Table 2**", 2, "* DiffCSE-RoBERTa-base", "DiffCSE-RoBERTa-base"),
+    ("**Table 6**", 6, "BERT-mini (L=4, H=256)", "BERT-mini (L=4, H=256)"),
+    ("**Table 8**", 8, "STS-B", "STS-B"),
+    ("**Table 10**", 10, "DiffCSE-BERT-base", "DiffCSE-BERT-base"),
+    ("**Table 11**", 11, "SimCSE-BERT-base", "SimCSE-BERT-base"),
+])
+def test_paper_values_match_papers_md(heading, table, row, ours):
+    assert paper_table(table).loc[ours].tolist() == _papers_md_row(heading, row)
+
+
+def test_paper_value_names_the_cell_it_cannot_find():
+    assert paper_value(8, "STS-B", "0.005") == 84.56
+    with pytest.raises(KeyError, match="no cell"):
+        paper_value(8, "STS-B", "0.3")
+
+
+def test_shared_rows_are_one_run():
+    """The paper's identities: λ=0 = SimCSE w/ BN; DiffCSE w/ BN = DistilBERT = 30% masking = λ 0.005."""
+    def key(row):
+        return record_key(row.subject("smoke", 1))
+
+    t5 = {r.label: key(r) for r in tables.table5_rows()}
+    assert key(tables.table8_rows([0.0])[0]) == t5["SimCSE w/ BatchNorm"]
+    same = {t5["DiffCSE w/ BatchNorm"], key(tables.table8_rows([0.005])[0]), key(tables.table7_rows([0.3])[0]),
+            key(tables.table6_rows(["distilbert"], "smoke")[1])}
+    assert len(same) == 1
+    assert len(set(t5.values())) == 4
+    assert key(tables.table8_rows([0.01])[0]) != t5["DiffCSE w/ BatchNorm"]
+
+
+def test_generators_without_offline_checkpoint_are_not_run_with_a_reason():
+    rows = tables.table6_rows(["bert-tiny"], "cpu")
+    with pytest.raises(Exception, match="no offline checkpoint"):
+        rows[1].subject("cpu", 1)
+    assert rows[1].label == "BERT-tiny (L=2, H=128)"
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: ex.check_lams([0.005, -1.0]), "λ must be"),
+    (lambda: ex.check_mask_ratios([0.3, 1.0]), r"\(0, 1\)"),
+    (lambda: ex.check_generators(["gpt2"]), "unknown generator"),
+    (lambda: ex.resolve_profile("laptop"), "unknown profile"),
+    (lambda: ex.sweep([], None, "λ"), "no λ values"),
+])
+def test_bad_parameters_fail_with_the_fix(call, message):
+    with pytest.raises(ex.ParameterError, match=message):
+        call()
+
+
+def test_sweep_single_value_overrides_the_list():
+    assert ex.sweep([0.0, 0.1], 0.005, "λ") == [0.005]
+    assert ex.sweep([0.0, 0.1], None, "λ") == [0.0, 0.1]
+
+
+def test_compare_mean_std_and_difference():
+    long = pd.DataFrame([
+        {"row": "0.005", "seed": 1, "status": "ok", "reason": "", "STS-B": 80.0},
+        {"row": "0.005", "seed": 2, "status": "ok", "reason": "", "STS-B": 82.0},
+        {"row": "0.1", "seed": 1, "status": "not run", "reason": "why"}])
+    out = ex.compare(long, 8, ["STS-B"], ex.sweep_cell("STS-B")).set_index("row")
+    assert out.loc["0.005", "paper"] == 84.56
+    assert out.loc["0.005", "mean"] == 81.0
+    assert out.loc["0.005", "std"] == pytest.approx(math.sqrt(2))
+    assert out.loc["0.005", "diff"] == pytest.approx(-3.56)
+    assert out.loc["0.1", "n"] == 0 and out.loc["0.1", "reason"] == "why" and math.isnan(out.loc["0.1", "mean"])
+    assert "84.56 | 81.00 ± 1.41 (-3.56)" in ex.wide(out.reset_index()).loc["0.005", "STS-B"]
+
+
+def test_parameter_count_formula_equals_a_real_diffcse(data_dir):
+    from cse_kit.methods import DiffCSE
+    from cse_kit.models import load_model
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer, encoder = load_model("smoke-bert")
+    _, generator = load_model("smoke-bert-mlm", model_class=AutoModelForMaskedLM)
+    real = DiffCSE(encoder, generator, tokenizer, mask_ratio=0.3, lam=0.005, projector="batchnorm")
+    trainable = sum(p.numel() for p in real.parameters() if p.requires_grad)
+    counts = tables.count_parameters(encoder)
+    assert counts["DiffCSE (train)"] == trainable
+    assert counts["DiffCSE (test)"] == sum(p.numel() for p in encoder.parameters())
+
+
+def test_paper_profile_counts_are_the_papers_table_14():
+    counts = tables.parameter_table("paper")
+    for method, per in counts.items():
+        for backbone, n in per.items():
+            assert round(n / 1e6) == pytest.approx(paper_value(14, method, backbone), abs=2)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts how often each evaluation really runs."""
+    calls = []
+    for name, fn in list(results.EVALUATIONS.items()):
+        monkeypatch.setitem(results.EVALUATIONS, name,
+                            lambda enc, d, _fn=fn, _name=name: (calls.append(_name), _fn(enc, d))[1])
+    return calls
+
+
+def test_store_reuses_records_and_adds_evaluations(data_dir, tmp_path, counted):
+    store = ResultStore(tmp_path, data_dir)
+    subject = Pretrained("smoke-bert", "avg", "smoke")
+    first = store.get(subject, ("sts_dev",))
+    assert counted == ["sts_dev"] and 0 < abs(first["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"]) < 100
+    again = ResultStore(tmp_path, data_dir).get(subject, ("sts_dev",))
+    assert counted == ["sts_dev"] and again["metrics"] == json.loads(json.dumps(first["metrics"]))
+    store.get(subject, ("sts_dev", "geometry"))
+    assert counted == ["sts_dev", "geometry"]
+    record = json.loads(store.record_path(first["key"]).read_text())
+    assert {"sts_dev", "geometry"} <= set(record["metrics"]) and record["code_version"] and record["data_checksums"]
+    ResultStore(tmp_path, data_dir, force=True).get(subject, ("sts_dev",))
+    assert counted[-1] == "sts_dev" and len(counted) == 3
+
+
+def test_corrupt_record_is_reported_set_aside_and_recomputed(data_dir, tmp_path, counted):
+    store = ResultStore(tmp_path, data_dir)
+    subject = Pretrained("smoke-bert", "avg", "smoke")
+    key = store.get(subject, ("sts_dev",))["key"]
+    store.record_path(key).write_text('{"key": "' + key + '", "metr')  # a write cut short
+    with pytest.warns(UserWarning, match="corrupt"):
+        record = store.get(subject, ("sts_dev",))
+    assert counted == ["sts_dev", "sts_dev"] and record["metrics"]["sts_dev"]
+    assert len(list((tmp_path / "records").glob(f"{key}.corrupt-*"))) == 1
+
+
+def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch):
+    cfg = build_config("simcse-bert", "smoke", {"seed": 3})
+    store = ResultStore(tmp_path, data_dir)
+    record = store.get(cfg, ("sts_dev",))
+    assert record["train"]["steps"] > 0 and record["dev_curve"] and record["seed"] == 3
+    assert record["config"]["output_dir"] == str(tmp_path / "runs" / record["key"])
+
+    import cse_kit.train.loop as loop
+
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("retrained a finished run"))
+    assert ResultStore(tmp_path, data_dir).get(cfg, ("sts_dev",))["key"] == record["key"]
+    assert record_key(cfg) != record_key(cfg.replace(lr=2e-4))
+    assert record_key(cfg) == record_key(cfg.replace(output_dir="elsewhere"))  # locations are not results
+    assert re.fullmatch(r"[0-9a-f]{20}", record["key"])
