@@ -125,19 +125,27 @@ class Row:
         return build_config(self.preset, profile, {**self.overrides, "seed": seed})
 
 
+def _seeds(row: Row, s: Setup) -> list[int]:
+    return s.seeds if row.preset else s.seeds[:1]  # a pretrained model evaluated as is: deterministic, run once
+
+
+def row_records(row: Row, s: Setup, evals: tuple) -> list[dict]:
+    """The records of a row's seeds; raises ProfileUnavailable when the profile cannot run it."""
+    return [s.store.get(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
+
+
 def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
     """Long table: one line per (row, seed) with status, reason and the columns metrics(record) returns.
     Pretrained rows are deterministic and run once. Rows the profile cannot run are kept, marked `not run`."""
     lines = []
     for row in rows:
-        for seed in s.seeds if row.preset else s.seeds[:1]:
-            try:
-                record = s.store.get(row.subject(s.profile, seed), evals)
-            except ProfileUnavailable as err:
-                lines.append({"row": row.label, "seed": seed, "status": "not run", "reason": str(err)})
-                break
-            lines.append({"row": row.label, "seed": seed, "status": "ok", "reason": "", "key": record["key"],
-                          **metrics(record)})
+        try:
+            found = row_records(row, s, evals)
+        except ProfileUnavailable as err:
+            lines.append({"row": row.label, "seed": s.seeds[0], "status": "not run", "reason": str(err)})
+            continue
+        lines += [{"row": row.label, "seed": seed, "status": "ok", "reason": "", "key": record["key"],
+                   **metrics(record)} for seed, record in zip(_seeds(row, s), found)]
     return pd.DataFrame(lines)
 
 
@@ -146,8 +154,7 @@ def records(rows: list[Row], s: Setup, evals: tuple) -> dict[str, list[dict]]:
     out = {}
     for row in rows:
         try:
-            out[row.label] = [s.store.get(row.subject(s.profile, seed), evals)
-                              for seed in (s.seeds if row.preset else s.seeds[:1])]
+            out[row.label] = row_records(row, s, evals)
         except ProfileUnavailable:
             continue
     return out

@@ -14,7 +14,7 @@ PAPER_STYLE = {"color": "#555555", "marker": "s", "linestyle": "--", "label": "p
 OURS_STYLE = {"color": "#0b6fbf", "marker": "o", "capsize": 4, "label": "reproduced (mean ± std)"}
 
 
-def sweep(comparison: pd.DataFrame, xlabel: str, title: str, log_x: bool = False):
+def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool = False):
     """One metric over a swept value: our mean ± std per value with the paper's points (two y-axes when the
     profile's scale differs from the paper's, e.g. MiniLM on cpu)."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -26,7 +26,7 @@ def sweep(comparison: pd.DataFrame, xlabel: str, title: str, log_x: bool = False
         paper_ax = ax.twinx()
         paper_ax.set_ylabel("paper", color=PAPER_STYLE["color"])
     paper_ax.plot(x, comparison["paper"], **PAPER_STYLE)
-    ax.set_xticks(x, comparison["row"], rotation=30 if log_x else 0)
+    ax.set_xticks(x, comparison["row"], rotation=30 if rotate_labels else 0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(comparison["column"].iloc[0])
     ax.set_title(title)

@@ -9,12 +9,14 @@ import html
 import json
 import os
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 
 from .experiments import TABLE_MIMETYPE, resolve_profile, style
 from .io import write_json_atomic, write_text_atomic
+from .results import source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -25,18 +27,16 @@ NOTEBOOKS = ("table1_sts", "table2_transfer", "table5_batchnorm", "table6_genera
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def package_version() -> str:
-    digest = hashlib.sha256()
-    for path in sorted((ROOT / "cse_kit").rglob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+@lru_cache(maxsize=1)
+def _package_version() -> str:
+    return source_digest()
 
 
 def execution_key(notebook: Path, params: dict) -> str:
     """What an executed notebook depends on: its source, its parameters and the package's code."""
     digest = hashlib.sha256(notebook.read_bytes())
     digest.update(json.dumps(params, sort_keys=True).encode())
-    digest.update(package_version().encode())
+    digest.update(_package_version().encode())
     return digest.hexdigest()[:16]
 
 

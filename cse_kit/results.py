@@ -19,6 +19,7 @@ import subprocess
 import time
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .data import resolve_data_dir
@@ -42,9 +43,10 @@ class Pretrained:
     profile: str | None = None
 
 
-def code_version() -> str:
+def source_digest(parts=(".",)) -> str:
+    """Digest of the package's Python sources under parts (folders or files, relative to the package)."""
     digest = hashlib.sha256()
-    for part in RESULT_CODE:
+    for part in parts:
         root = PACKAGE / part
         for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
             digest.update(str(path.relative_to(PACKAGE)).encode())
@@ -52,6 +54,12 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
+@lru_cache(maxsize=1)  # once per process: the code a process runs is what it imported at start
+def code_version() -> str:
+    return source_digest(RESULT_CODE)
+
+
+@lru_cache(maxsize=1)
 def data_checksums() -> str:
     """Digest of the checksums every imported or downloaded data file is verified against."""
     return hashlib.sha256((PACKAGE / "data" / "checksums.json").read_bytes()).hexdigest()[:16]

@@ -7,7 +7,7 @@ BatchNorm projector (Table 5); DiffCSE with BatchNorm (Table 5) = DistilBERT gen
 from __future__ import annotations
 
 from .experiments import Row
-from .train.presets import GENERATORS, PRESETS, PROFILES
+from .train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable
 
 BACKBONE_LABELS = {"bert": "BERT-base", "roberta": "RoBERTa-base"}
 #: SimCSE with DiffCSE's BatchNorm projector and DiffCSE's STS settings (lr, epochs, batch): Table 5, Table 8 λ = 0
@@ -93,7 +93,6 @@ def _architecture(profile: str, backbone: str):
     from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
     from .train.loop import load_encoder
-    from .train.presets import ProfileUnavailable
 
     if profile == "paper":
         if backbone == "bert":
@@ -126,8 +125,6 @@ def count_parameters(encoder) -> dict[str, int]:
 
 def parameter_table(profile: str) -> dict[str, dict[str, int | str]]:
     """Table 14 on a profile: method -> backbone label -> count, or the reason the backbone cannot be built."""
-    from .train.presets import ProfileUnavailable
-
     out: dict[str, dict] = {}
     for backbone, label in BACKBONE_LABELS.items():
         try:

@@ -42,7 +42,7 @@ comparison = ex.compare(long, 8, ["STS-B"], ex.sweep_cell("STS-B"))
 display(ex.style(comparison, "Table 8: STS-B dev by λ, paper vs reproduced"))
 
 # %%
-figure = plots.sweep(comparison, "λ", "Table 8: STS-B dev by λ", log_x=True)
+figure = plots.sweep(comparison, "λ", "Table 8: STS-B dev by λ", rotate_labels=True)
 
 # %%
 ex.save_table(s, "table8_lambda", "Table 8: λ (STS-B dev)", comparison, [figure])
