@@ -22,19 +22,30 @@ from cse_kit.train.loop import load_encoder
 
 
 def _nonembedding_params(model) -> int:
-    emb = model.get_input_embeddings().weight
-    return sum(p.numel() for p in model.parameters() if p is not emb)
+    """Weights outside the input embedding and the vocabulary projection (often the same tied matrix)."""
+    vocab = [model.get_input_embeddings().weight]
+    if model.get_output_embeddings() is not None:
+        vocab.append(model.get_output_embeddings().weight)
+    return sum(p.numel() for p in model.parameters() if all(p is not v for v in vocab))
 
 
-def flop_ratio(diffcse) -> float:
-    """Per-token matmul FLOPs (2 per weight; backward = 2x forward) of a DiffCSE step over a SimCSE step:
-    SimCSE trains the encoder; DiffCSE adds a generator forward with its vocabulary-sized MLM head (no backward)
-    and a discriminator forward and backward with the RTD head."""
+def flop_ratio(diffcse, head_fraction: float) -> float:
+    """Per-position matmul FLOPs (2 per weight; backward = 2x forward) of a DiffCSE step over a SimCSE step:
+    SimCSE trains the encoder; DiffCSE adds a generator forward (no backward), whose vocabulary-sized projection
+    runs on `head_fraction` of the positions (the real tokens after [CLS]), and a discriminator forward and
+    backward with the RTD head."""
     enc = _nonembedding_params(diffcse.encoder)
-    gen = _nonembedding_params(diffcse.generator) + diffcse.generator.get_output_embeddings().weight.numel()
+    projection = diffcse.generator.get_output_embeddings().weight.numel()
+    gen = _nonembedding_params(diffcse.generator) + head_fraction * projection
     disc = _nonembedding_params(diffcse.discriminator) + diffcse.rtd_head.weight.numel()
     simcse = 3 * 2 * enc
     return (simcse + 2 * gen + 3 * 2 * disc) / simcse
+
+
+def projected_fraction(batch) -> float:
+    """The share of a batch's positions the generator projects onto the vocabulary: real tokens after [CLS]."""
+    mask = batch["attention_mask"]
+    return ((mask.sum() - mask.shape[0] * mask.shape[1]) / mask.numel()).item()
 
 
 class StepTimer:
@@ -99,12 +110,14 @@ def main():
     steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
     st_step = sentence_transformers_step(args.batch_size, 3e-5)
     times = {"SimCSE": [], "DiffCSE": [], "sentence-transformers MNRL": []}
+    fractions = []
     for i in range(args.steps + 2):
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
         measured = {"SimCSE": steps["SimCSE"](batch), "DiffCSE": steps["DiffCSE"](batch),
                     "sentence-transformers MNRL": st_step(sentences)}
         if i >= 2:
+            fractions.append(projected_fraction(batch))
             for k, v in measured.items():
                 times[k].append(v)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -114,7 +127,8 @@ def main():
         print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
     print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")
     print(f"  DiffCSE / SimCSE step time: measured {med['DiffCSE'] / med['SimCSE']:.2f}x, "
-          f"FLOP ratio {flop_ratio(objectives['DiffCSE']):.2f}x")
+          f"FLOP ratio {flop_ratio(objectives['DiffCSE'], statistics.mean(fractions)):.2f}x "
+          f"(generator projection on {100 * statistics.mean(fractions):.0f}% of positions)")
     if args.eval:
         dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
         calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]

@@ -20,6 +20,9 @@ VARIANTS = {
     "paper-text": {"generator_output": "sample", "generator_dropout": False, "rtd_reduction": "sum",
                    "condition": "projector"},
 }
+#: generator rows projected onto the vocabulary at once (250 MB of float32 logits for a 30k vocabulary)
+GENERATOR_CHUNK = 2048
+
 CHOICES = {
     "generator_output": {"argmax": "the generator's argmax at every non-padding position (official code)",
                          "sample": "a sample from the generator at the masked positions only (paper, ELECTRA)"},
@@ -92,18 +95,53 @@ class DiffCSE(SimCSE):
             return output
         return torch.cat([self._h.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
+    def _generator_head_input(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """What the generator's output embedding (its vocabulary projection) receives, shape (batch, length, dim).
+        The projection itself is skipped here: a pre-hook hands it an empty slice, so no (batch, length, vocab)
+        tensor is ever built."""
+        captured = {}
+
+        def capture(module, args):
+            captured["hidden"] = args[0]
+            return (args[0][..., :0, :],)
+
+        handle = self.generator.get_output_embeddings().register_forward_pre_hook(capture)
+        try:
+            self.generator(input_ids=ids, attention_mask=attention_mask)
+        finally:
+            handle.remove()
+        return captured["hidden"]
+
+    def _generator_choices(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The generator's token at each row of `hidden` (rows, dim): argmax or a sample of its distribution.
+        Chunked: the vocabulary-sized projection is the generator's largest cost, and a full
+        (rows, vocab) logits tensor is hundreds of MB that are written once and read once."""
+        project = self.generator.get_output_embeddings()
+        choices = []
+        for chunk in hidden.split(GENERATOR_CHUNK):
+            logits = project(chunk)
+            if self.generator_output == "argmax":
+                choices.append(logits.argmax(-1))
+            else:
+                choices.append(torch.multinomial(logits.float().softmax(-1), 1).squeeze(1))
+        return torch.cat(choices) if choices else hidden.new_zeros(0, dtype=torch.long)
+
     @torch.no_grad()
     def edit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(edited ids x'', RTD labels = edited != original on real tokens)."""
         special = torch.isin(input_ids, self.special_ids)
         corrupted, selected = mlm_corrupt(input_ids, special, self.mask_ratio, self.mask_id, self.vocab_size)
         self.generator.train(self.training and self.generator_dropout)
-        logits = self.generator(input_ids=corrupted, attention_mask=attention_mask).logits
+        hidden = self._generator_head_input(corrupted, attention_mask)
+        # the generator's choice matters only where it can enter x'': every real token after [CLS] (argmax, the
+        # official code) or the corrupted tokens (sampling); position 0 is [CLS] and padding stays padding
         if self.generator_output == "argmax":
-            edited = logits.argmax(-1)
+            where = attention_mask == 1
+            where[:, 0] = False
         else:
-            sampled = torch.multinomial(logits.float().softmax(-1).flatten(0, 1), 1).view_as(input_ids)
-            edited = torch.where(selected, sampled, input_ids)
+            where = selected & (attention_mask == 1)
+        edited = input_ids.clone()
+        edited[where] = self._generator_choices(hidden[where])
         edited[:, 0] = self.cls_id
         edited = edited.masked_fill(attention_mask == 0, self.pad_id)
         return edited, (edited != input_ids) & (attention_mask == 1)
