@@ -16,6 +16,7 @@ with SentEval up to float rounding (bmm vs mm); see docs/evaluation.md for the m
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,36 +64,56 @@ def initial_weights(dim: int, nclasses: int, seed: int) -> tuple[torch.Tensor, t
 
 
 class _Batched:
-    """Per-slice Adam/RMSprop state and update, matching torch.optim with default hyper-parameters."""
+    """Per-slice Adam/RMSprop state and update of one (M, ...) parameter, matching torch.optim with default
+    hyper-parameters. Both updates are elementwise, so a linear layer's weight and bias are one tensor here."""
 
-    def __init__(self, optim: str, params: list[torch.Tensor]):
+    def __init__(self, optim: str, param: torch.Tensor):
         if optim not in ("adam", "rmsprop"):
             raise ValueError(f"unsupported classifier optimizer {optim!r}; SentEval's configs use adam/rmsprop")
         self.optim = optim
-        self.params = params
-        self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
-        self.steps = torch.zeros(params[0].shape[0], dtype=torch.float64, device=params[0].device)
+        self.param = param
+        self.s1, self.s2 = torch.zeros_like(param), torch.zeros_like(param)
+        self.steps = np.zeros(param.shape[0])
+        self.shape = (-1,) + (1,) * (param.dim() - 1)
 
-    def step(self, grads: list[torch.Tensor], l2: torch.Tensor, stepping: torch.Tensor, everyone: bool) -> None:
-        """`everyone`: every slice steps (no early-stopped or exhausted slice), so the masks can be skipped."""
-        self.steps += stepping.to(torch.float64)
-        for p, g, (s1, s2) in zip(self.params, grads, self.state):
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            on = stepping.view(shape)
-            g = g + l2.view(shape) * p
-            if self.optim == "adam":  # lr 1e-3, betas (0.9, 0.999), eps 1e-8
-                new1, new2 = s1.lerp(g, 0.1), s2 * 0.999 + g * g * 0.001
-                s1.copy_(new1 if everyone else torch.where(on, new1, s1))
-                s2.copy_(new2 if everyone else torch.where(on, new2, s2))
-                t = self.steps.clamp(min=1)
-                step_size = (1e-3 / (1 - 0.9 ** t)).to(p.dtype).view(shape)
-                c2_sqrt = (1 - 0.999 ** t).sqrt().to(p.dtype).view(shape)
-                update = step_size * s1 / (s2.sqrt() / c2_sqrt + 1e-8)
-            else:  # lr 1e-2, alpha 0.99, eps 1e-8
-                new1 = s1 * 0.99 + g * g * 0.01
-                s1.copy_(new1 if everyone else torch.where(on, new1, s1))
-                update = 1e-2 * g / (s1.sqrt() + 1e-8)
-            p.sub_(update if everyone else torch.where(on, update, torch.zeros_like(update)))
+    def step(self, grad: torch.Tensor, l2: torch.Tensor, stepping: np.ndarray | None) -> None:
+        """`stepping`: which slices step (None: every slice, so the masks can be skipped)."""
+        p, s1, s2 = self.param, self.s1, self.s2
+        on = None if stepping is None else torch.from_numpy(stepping).to(p.device).view(self.shape)
+        self.steps += 1 if stepping is None else stepping
+        g = grad + l2.view(self.shape) * p
+        if self.optim == "adam":  # lr 1e-3, betas (0.9, 0.999), eps 1e-8
+            new1, new2 = s1.lerp(g, 0.1), s2 * 0.999 + g * g * 0.001
+            s1.copy_(new1 if on is None else torch.where(on, new1, s1))
+            s2.copy_(new2 if on is None else torch.where(on, new2, s2))
+            t = np.maximum(self.steps, 1)
+            step_size = self._column(1e-3 / (1 - 0.9 ** t))
+            c2_sqrt = self._column(np.sqrt(1 - 0.999 ** t))
+            update = step_size * s1 / (s2.sqrt() / c2_sqrt + 1e-8)
+        else:  # lr 1e-2, alpha 0.99, eps 1e-8
+            new1 = s1 * 0.99 + g * g * 0.01
+            s1.copy_(new1 if on is None else torch.where(on, new1, s1))
+            update = 1e-2 * g / (s1.sqrt() + 1e-8)
+        p.sub_(update if on is None else torch.where(on, update, torch.zeros_like(update)))
+
+    def _column(self, values: np.ndarray) -> torch.Tensor:
+        """Per-slice float64 scalars as torch computes them, cast to the parameter's dtype, one per slice."""
+        return torch.from_numpy(values).to(self.param.dtype).to(self.param.device).view(self.shape)
+
+
+@contextmanager
+def _one_thread(device: torch.device):
+    """A step multiplies a minibatch of 64-128 rows: too little work to split across CPU cores, where each
+    intra-op fork/join costs more than the arithmetic (several times more on a loaded machine)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,11 +165,16 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
              seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Train every fit; returns the best-on-validation weights (M, C, D), biases (M, C) and validation
     accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model."""
+    with _one_thread(X.device):
+        return _fit_many(X, y, fits, nclasses, cfg, seed)
+
+
+def _fit_many(X, y, fits, nclasses, cfg, seed):
     device, D = X.device, X.shape[1]
     rngs, train_rows, valid_rows, keys = _split_rows(fits, seed)
     groups = _row_groups(train_rows, keys)
     G, R = len(groups), len(groups[0])
-    # internally slices are ordered group by group, so the weights view as (G, R, C, D)
+    # internally slices are ordered group by group, so the weights view as (G, R, C, D + 1)
     order = np.array([i for g in groups for i in g])
     fits = [fits[i] for i in order]
     valid_rows = [valid_rows[i] for i in order]
@@ -156,10 +182,10 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
     ntrain = {key: len(rows) for key, rows in zip(keys, train_rows)}
 
     w0, b0 = initial_weights(D, nclasses, seed)
-    W = w0.to(device).repeat(M, 1, 1)
-    B = b0.to(device).repeat(M, 1)
-    best_W, best_B = W.clone(), B.clone()
-    opt = _Batched(cfg.optim, [W, B])
+    P = torch.cat([w0, b0.unsqueeze(1)], 1).to(device).repeat(M, 1, 1)  # weight | bias, (M, C, D + 1)
+    W, B = P[..., :D].view(G, R, nclasses, D), P[..., D].view(G, R, 1, nclasses)
+    best_P = P.clone()
+    opt = _Batched(cfg.optim, P)
     l2 = torch.tensor([f.l2 for f in fits], dtype=X.dtype, device=device)
     v_idx, v_mask = (t.to(device) for t in _pad(valid_rows))
     v_n = v_mask.sum(1).to(torch.float64)
@@ -174,20 +200,24 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
         for _ in range(cfg.epoch_size):
             perms = {key: rng.permutation(ntrain[key]) for key, rng in rngs.items()}
             o_idx, o_mask = (t.to(device) for t in _pad([train_rows[g[0]][perms[keys[g[0]]]] for g in groups]))
-            run = torch.from_numpy(active).to(device)
-            full = o_mask.sum(1).cpu().numpy()  # rows per group this pass
+            rows = o_mask.sum(1).cpu().numpy()  # rows per group this pass
+            o_y = y[o_idx]
             for s in range(0, o_idx.shape[1], bs):
-                idx, mask = o_idx[:, s:s + bs], o_mask[:, s:s + bs]  # (G, b)
-                count = mask.sum(1)
-                stepping = run & (count > 0).repeat_interleave(R)
-                everyone = bool(active.all()) and bool((full > s).all())
-                xb = X[idx]  # (G, b, D)
-                logits = torch.einsum("gbd,grcd->grbc", xb, W.view(G, R, nclasses, D)) + B.view(G, R, 1, -1)
+                count = np.clip(rows - s, 0, bs)  # rows of each group in this minibatch
+                stepping = active & np.repeat(count > 0, R)
+                xb = X[o_idx[:, s:s + bs]]  # (G, b, D)
+                logits = torch.einsum("gbd,grcd->grbc", xb, W) + B
                 grad = torch.softmax(logits, -1)
-                grad.scatter_add_(-1, y[idx].view(G, 1, -1, 1).expand(G, R, -1, 1), -torch.ones_like(grad[..., :1]))
-                grad *= (mask / count.clamp(min=1).unsqueeze(1)).view(G, 1, -1, 1).to(grad.dtype)
-                dW = torch.einsum("grbc,gbd->grcd", grad, xb).reshape(M, nclasses, D)
-                opt.step([dW, grad.sum(2).reshape(M, nclasses)], l2, stepping, everyone)
+                yb = o_y[:, s:s + bs]
+                grad.scatter_add_(-1, yb.view(G, 1, -1, 1).expand(G, R, -1, 1), -torch.ones_like(grad[..., :1]))
+                if (count == count[0]).all():  # the mean over the minibatch, the same size in every group
+                    grad *= 1 / int(count[0])
+                else:
+                    scale = o_mask[:, s:s + bs] / torch.from_numpy(np.maximum(count, 1)).to(device).unsqueeze(1)
+                    grad *= scale.view(G, 1, -1, 1).to(grad.dtype)
+                dW = torch.einsum("grbc,gbd->grcd", grad, xb)
+                step = torch.cat([dW, grad.sum(2).unsqueeze(-1)], -1).view(M, nclasses, D + 1)
+                opt.step(step, l2, None if stepping.all() else stepping)
         nepoch += cfg.epoch_size
         # validation accuracy of every slice: one GEMM over all rows, then each slice's rows
         pred = (X @ W.reshape(-1, D).T + B.reshape(1, -1)).view(len(X), M, nclasses).argmax(-1)
@@ -196,13 +226,14 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
         improved = active & (acc > best)
         if improved.any():
             sel = torch.from_numpy(improved).to(device)
-            best_W[sel], best_B[sel] = W[sel], B[sel]
+            best_P[sel] = P[sel]
             best[improved] = acc[improved]
         worse = active & ~improved
         active[worse & (strikes >= cfg.tenacity)] = False
         strikes[worse] += 1
     back = torch.from_numpy(np.argsort(order)).to(device)
-    return best_W[back], best_B[back], best[np.argsort(order)]
+    best_P = best_P[back]
+    return best_P[..., :D], best_P[..., D], best[np.argsort(order)]
 
 
 def predict(X: torch.Tensor, W: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
