@@ -52,7 +52,7 @@ def cmd_eval(args) -> int:
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
     pooler = args.pooler or _pooler_of(args.model)
-    tokenizer, model = load_model(args.model)
+    tokenizer, model = load_model(args.model, data_dir=args.data_dir)
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_length=args.max_length,
                       device=args.device, amp=not args.no_amp)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)

@@ -68,15 +68,17 @@ def build_smoke_model(name: str, *, model_class=None, seed: int = 0, **kwargs):
     return tokenizer, model.eval()
 
 
-def resolve_reference(ref: str) -> str:
-    """A local directory, or a Hub id. Short names prefer a packaged offline copy."""
+def resolve_reference(ref: str, data_dir=None) -> str:
+    """A local directory, or a Hub id. Short names prefer a packaged offline copy; fitted MLM heads live in
+    <data_dir>/models."""
     if Path(ref).expanduser().is_dir():
         return str(Path(ref).expanduser())
     if ref in FITTED_MLM:
-        path = fitted_mlm_dir(ref)
+        path = fitted_mlm_dir(ref, data_dir)
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{ref} has not been made on this machine yet ({path} is empty). Fix: "
-                                     f"`cse-kit fit-mlm-head --model {FITTED_MLM[ref]}`")
+                                     f"`cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
+                                     + (f" --data-dir {data_dir}`" if data_dir is not None else "`"))
         return str(path)
     packaged = _packaged_copy(ref)
     if packaged is not None:
@@ -84,8 +86,9 @@ def resolve_reference(ref: str) -> str:
     return SHORT_NAMES.get(ref, ref)
 
 
-def load_model(ref: str, *, model_class=None, offline: bool | None = None, **kwargs):
-    """(tokenizer, model) for ref. model_class defaults to AutoModel (the bare encoder).
+def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_dir=None, **kwargs):
+    """(tokenizer, model) for ref. model_class defaults to AutoModel (the bare encoder); data_dir is where
+    fitted MLM heads are looked up.
 
     Honours offline mode (HF_HUB_OFFLINE=1 or offline=True): only local files are used, and a Hub id that is not
     in the local cache raises ModelNotFoundError saying how to get it."""
@@ -95,7 +98,7 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, **kwa
         return build_smoke_model(ref, model_class=model_class, **kwargs)
     model_class = model_class or AutoModel
     offline = offline_mode() if offline is None else offline
-    resolved = resolve_reference(ref)
+    resolved = resolve_reference(ref, data_dir)
     local = Path(resolved).is_dir()
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline)

@@ -106,6 +106,33 @@ def test_rtd_labels_are_generator_token_differs_from_original(tok, diffcse):
     assert labels.any() and not labels[~real].any()
 
 
+def test_generator_choices_skip_the_full_logits_for_distilbert_and_sampling(tok):
+    """The vocabulary projection runs on the needed rows only (through a pre-hook); a DistilBERT generator (another
+    head layout) gives its full-logits argmax, and sampling changes only the corrupted tokens."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    torch.manual_seed(1)
+    generator = DistilBertForMaskedLM(DistilBertConfig(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=2,
+                                                       hidden_dim=64, dropout=0.0, attention_dropout=0.0))
+    model = DiffCSE(_tiny(tok, add_pooling_layer=False), generator, tok, mask_ratio=0.3, lam=0.005)
+    b = tok(SENTENCES, padding=True, return_tensors="pt")
+    real = b["attention_mask"] == 1
+    torch.manual_seed(3)
+    edited, _ = model.edit(b["input_ids"], b["attention_mask"])
+    torch.manual_seed(3)
+    special = torch.isin(b["input_ids"], model.special_ids)
+    corrupted, selected = mlm_corrupt(b["input_ids"], special, 0.3, tok.mask_token_id, model.vocab_size)
+    with torch.no_grad():
+        argmax = generator(input_ids=corrupted, attention_mask=b["attention_mask"]).logits.argmax(-1)
+    assert torch.equal(edited[:, 1:][real[:, 1:]], argmax[:, 1:][real[:, 1:]])
+
+    model.generator_output = "sample"
+    torch.manual_seed(3)
+    sampled, labels = model.edit(b["input_ids"], b["attention_mask"])
+    assert torch.equal(sampled[~selected], b["input_ids"][~selected])
+    assert labels.any() and not labels[~selected].any()
+
+
 def test_discriminator_sees_h_at_position_zero_and_rtd_gradient_reaches_the_encoder(tok, diffcse):
     b = tok(SENTENCES, padding=True, return_tensors="pt")
     edited, labels = diffcse.edit(b["input_ids"], b["attention_mask"])

@@ -31,3 +31,12 @@ def test_uncached_hub_id_offline_names_the_fix():
     with pytest.raises(ModelNotFoundError, match=r"offline mode is on.*huggingface-cli download "
                                                  r"princeton-nlp/no-such-model"):
         load_model("princeton-nlp/no-such-model", offline=True)
+
+
+def test_fitted_mlm_head_is_found_in_the_given_data_dir(tmp_path):
+    with pytest.raises(ModelNotFoundError, match=f"fit-mlm-head --model all-MiniLM-L6-v2 --data-dir {tmp_path}"):
+        resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path)
+    made = tmp_path / "models" / "all-MiniLM-L6-v2-mlm"
+    made.mkdir(parents=True)
+    (made / "config.json").write_text("{}")
+    assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made)

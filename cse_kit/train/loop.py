@@ -49,7 +49,7 @@ def build_objective(cfg: TrainConfig, tokenizer, encoder):
         return SimCSE(encoder, **common)
     from transformers import AutoModelForMaskedLM
 
-    _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM)
+    _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
     return DiffCSE(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **cfg.diffcse_options(),
                    **common)
 
