@@ -63,6 +63,22 @@ class StepTimer:
         return time.perf_counter() - t
 
 
+def diffcse_parts(diffcse, batch) -> dict:
+    """Seconds of DiffCSE's two additions on their own, in training mode: the generator's edit (forward only)
+    and the discriminator's forward and backward (from a leaf sentence vector, so no encoder work is counted)."""
+    ids, mask = batch["input_ids"].flatten(0, 1), batch["attention_mask"].flatten(0, 1)
+    t = time.perf_counter()
+    edited, labels = diffcse.edit(ids, mask)
+    t_gen = time.perf_counter() - t
+    h = torch.randn(len(ids), diffcse.discriminator.config.hidden_size, requires_grad=True)
+    t = time.perf_counter()
+    loss, _ = diffcse.rtd_loss(h, edited, labels, mask)
+    loss.backward()
+    t_disc = time.perf_counter() - t
+    diffcse.zero_grad(set_to_none=True)
+    return {"generator edit": t_gen, "discriminator fwd+bwd": t_disc}
+
+
 def sentence_transformers_step(batch_size, lr):
     from sentence_transformers import SentenceTransformer, losses
     try:
@@ -110,7 +126,7 @@ def main():
     steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
     st_step = sentence_transformers_step(args.batch_size, 3e-5)
     times = {"SimCSE": [], "DiffCSE": [], "sentence-transformers MNRL": []}
-    fractions = []
+    fractions, parts = [], []
     for i in range(args.steps + 2):
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
@@ -118,6 +134,7 @@ def main():
                     "sentence-transformers MNRL": st_step(sentences)}
         if i >= 2:
             fractions.append(projected_fraction(batch))
+            parts.append(diffcse_parts(objectives["DiffCSE"], batch))
             for k, v in measured.items():
                 times[k].append(v)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -129,6 +146,9 @@ def main():
     print(f"  DiffCSE / SimCSE step time: measured {med['DiffCSE'] / med['SimCSE']:.2f}x, "
           f"FLOP ratio {flop_ratio(objectives['DiffCSE'], statistics.mean(fractions)):.2f}x "
           f"(generator projection on {100 * statistics.mean(fractions):.0f}% of positions)")
+    part = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+    print("  DiffCSE's additions timed on their own: " + ", ".join(f"{k} {v:.3f} s" for k, v in part.items())
+          + f"; SimCSE step + these = {(med['SimCSE'] + sum(part.values())) / med['SimCSE']:.2f}x a SimCSE step")
     if args.eval:
         dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
         calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]

@@ -16,7 +16,6 @@ with SentEval up to float rounding (bmm vs mm); see docs/evaluation.md for the m
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,21 +100,6 @@ class _Batched:
         return torch.from_numpy(values).to(self.param.dtype).to(self.param.device).view(self.shape)
 
 
-@contextmanager
-def _one_thread(device: torch.device):
-    """A step multiplies a minibatch of 64-128 rows: too little work to split across CPU cores, where each
-    intra-op fork/join costs more than the arithmetic (several times more on a loaded machine)."""
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _pad(rows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(1, max(len(r) for r in rows))
     idx = np.zeros((len(rows), width), dtype=np.int64)
@@ -165,11 +149,6 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
              seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Train every fit; returns the best-on-validation weights (M, C, D), biases (M, C) and validation
     accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model."""
-    with _one_thread(X.device):
-        return _fit_many(X, y, fits, nclasses, cfg, seed)
-
-
-def _fit_many(X, y, fits, nclasses, cfg, seed):
     device, D = X.device, X.shape[1]
     rngs, train_rows, valid_rows, keys = _split_rows(fits, seed)
     groups = _row_groups(train_rows, keys)
@@ -205,7 +184,8 @@ def _fit_many(X, y, fits, nclasses, cfg, seed):
             for s in range(0, o_idx.shape[1], bs):
                 count = np.clip(rows - s, 0, bs)  # rows of each group in this minibatch
                 stepping = active & np.repeat(count > 0, R)
-                xb = X[o_idx[:, s:s + bs]]  # (G, b, D)
+                idx = o_idx[:, s:s + bs]  # index_select: a 10x faster gather than X[idx] for a sliced 2-D idx
+                xb = X.index_select(0, idx.reshape(-1)).view(*idx.shape, D)  # (G, b, D)
                 logits = torch.einsum("gbd,grcd->grbc", xb, W) + B
                 grad = torch.softmax(logits, -1)
                 yb = o_y[:, s:s + bs]
