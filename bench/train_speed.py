@@ -1,6 +1,6 @@
 """Training throughput on this machine (issue: training engine).
 
-  python bench/train_speed.py [--steps 8] [--batch-size 64] [--eval]
+  python bench/train_speed.py [--steps 8] [--batch-size 64] [--eval] [--glibc-default]
 
 SimCSE and DiffCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as generator) against sentence-transformers'
 MultipleNegativesRankingLoss on the same model, batches (Wiki1M sample, max length 32) and optimizer, in rounds
@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from cse_kit.environment import keep_freed_memory
 from cse_kit.eval import DevEvaluator
 from cse_kit.models import resolve_reference
 from cse_kit.train import build_config, build_objective
@@ -111,7 +112,11 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
     p.add_argument("--data-dir")
+    p.add_argument("--glibc-default", action="store_true",
+                   help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
     args = p.parse_args()
+    if not args.glibc_default:
+        keep_freed_memory()  # as `cse-kit train` does on CPU; it applies to every method timed here alike
     cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
             for name, preset in (("SimCSE", "simcse-bert"), ("DiffCSE", "diffcse-bert-sts"))}
     objectives = {}
@@ -139,7 +144,8 @@ def main():
                 times[k].append(v)
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"training throughput, all-MiniLM-L6-v2, batch {args.batch_size}, max length 32, "
-          f"{torch.get_num_threads()} threads, median of {args.steps} steps")
+          f"{torch.get_num_threads()} threads, median of {args.steps} steps, "
+          f"malloc {'glibc default' if args.glibc_default else 'keeping freed memory'}")
     for k, v in med.items():
         print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
     print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")

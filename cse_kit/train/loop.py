@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..environment import describe
+from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..io import recover_dir, swap_dir, write_json_atomic
 from ..models import load_model
@@ -71,6 +71,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         if summary.get("config") == cfg.to_dict():
             return summary
         raise ValueError(f"{run} holds a finished run with a different configuration; choose another output_dir")
+    if not torch.cuda.is_available():
+        keep_freed_memory()
     # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
     set_seed(cfg.seed)
