@@ -96,7 +96,8 @@ class _Batched:
         p.sub_(update if on is None else torch.where(on, update, torch.zeros_like(update)))
 
     def _column(self, values: np.ndarray) -> torch.Tensor:
-        """Per-slice float64 scalars as torch computes them, cast to the parameter's dtype, one per slice."""
+        """One float64 value per slice (Adam's bias corrections), cast to the parameter's dtype as torch.optim
+        does, shaped to broadcast over the slice."""
         return torch.from_numpy(values).to(self.param.dtype).to(self.param.device).view(self.shape)
 
 

@@ -124,7 +124,7 @@ class DiffCSE(SimCSE):
                 choices.append(logits.argmax(-1))
             else:
                 choices.append(torch.multinomial(logits.float().softmax(-1), 1).squeeze(1))
-        return torch.cat(choices) if choices else hidden.new_zeros(0, dtype=torch.long)
+        return torch.cat(choices)  # split always yields a chunk, an empty one for no rows
 
     @torch.no_grad()
     def edit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
