@@ -90,15 +90,22 @@ def diffcse(tok):
     return DiffCSE(encoder, generator, tok, mask_ratio=0.3, lam=0.005, projector="batchnorm")
 
 
+def _edit_beside_full_logits(model, tok, b):
+    """model.edit's (edited, labels), and from the same corruption (same seed) the argmax of the generator's full
+    logits and the selected positions, computed directly."""
+    torch.manual_seed(3)
+    edited, labels = model.edit(b["input_ids"], b["attention_mask"])
+    torch.manual_seed(3)
+    special = torch.isin(b["input_ids"], model.special_ids)
+    corrupted, selected = mlm_corrupt(b["input_ids"], special, model.mask_ratio, tok.mask_token_id, model.vocab_size)
+    with torch.no_grad():
+        argmax = model.generator(input_ids=corrupted, attention_mask=b["attention_mask"]).logits.argmax(-1)
+    return edited, labels, argmax, selected
+
+
 def test_rtd_labels_are_generator_token_differs_from_original(tok, diffcse):
     b = tok(SENTENCES, padding=True, return_tensors="pt")
-    torch.manual_seed(3)
-    edited, labels = diffcse.edit(b["input_ids"], b["attention_mask"])
-    torch.manual_seed(3)
-    special = torch.isin(b["input_ids"], diffcse.special_ids)
-    corrupted, _ = mlm_corrupt(b["input_ids"], special, 0.3, tok.mask_token_id, diffcse.vocab_size)
-    with torch.no_grad():
-        argmax = diffcse.generator(input_ids=corrupted, attention_mask=b["attention_mask"]).logits.argmax(-1)
+    edited, labels, argmax, _ = _edit_beside_full_logits(diffcse, tok, b)
     real = b["attention_mask"] == 1
     assert torch.equal(edited[:, 1:][real[:, 1:]], argmax[:, 1:][real[:, 1:]])  # argmax at every real position
     assert (edited[:, 0] == tok.cls_token_id).all()
@@ -117,13 +124,7 @@ def test_generator_choices_skip_the_full_logits_for_distilbert_and_sampling(tok)
     model = DiffCSE(_tiny(tok, add_pooling_layer=False), generator, tok, mask_ratio=0.3, lam=0.005)
     b = tok(SENTENCES, padding=True, return_tensors="pt")
     real = b["attention_mask"] == 1
-    torch.manual_seed(3)
-    edited, _ = model.edit(b["input_ids"], b["attention_mask"])
-    torch.manual_seed(3)
-    special = torch.isin(b["input_ids"], model.special_ids)
-    corrupted, selected = mlm_corrupt(b["input_ids"], special, 0.3, tok.mask_token_id, model.vocab_size)
-    with torch.no_grad():
-        argmax = generator(input_ids=corrupted, attention_mask=b["attention_mask"]).logits.argmax(-1)
+    edited, _, argmax, selected = _edit_beside_full_logits(model, tok, b)
     assert torch.equal(edited[:, 1:][real[:, 1:]], argmax[:, 1:][real[:, 1:]])
 
     model.generator_output = "sample"
