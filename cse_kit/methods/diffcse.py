@@ -89,6 +89,16 @@ class DiffCSE(SimCSE):
         self._h = None
         self.discriminator.embeddings.register_forward_hook(self._condition_on_h)
 
+    @classmethod
+    def from_config(cls, cfg, tokenizer, encoder) -> "DiffCSE":
+        from transformers import AutoModelForMaskedLM
+
+        from ..models import load_model
+
+        _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
+        return cls(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **cfg.diffcse_options(),
+                   **cls.common_options(cfg))
+
     def _condition_on_h(self, module, args, output):
         """Position 0 of the discriminator's embedding output (after LayerNorm and dropout) becomes h."""
         if self._h is None:

@@ -28,6 +28,16 @@ class SimCSE(nn.Module):
         self.temp = temp
         self.hard_negative_weight = hard_negative_weight
 
+    @staticmethod
+    def common_options(cfg) -> dict:
+        """What every SimCSE-based objective takes from the training configuration."""
+        return {"pooler": cfg.pooler, "projector": cfg.projector, "temp": cfg.temp,
+                "hard_negative_weight": cfg.hard_negative_weight}
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, encoder) -> "SimCSE":
+        return cls(encoder, **cls.common_options(cfg))
+
     def encode_views(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(pooled, projected), both (batch * views, hidden): all views in one encoder pass, so each row gets its
         own dropout mask, and the projector sees all views at once (as the official code)."""

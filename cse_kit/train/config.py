@@ -15,7 +15,7 @@ MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 
 @dataclass
 class TrainConfig:
-    method: str = "simcse"  # simcse | diffcse
+    method: str = "simcse"  # a key of cse_kit.methods.METHODS
     model: str = "bert-base-uncased"  # short name, Hub id or folder
     data: str = "Wiki1M"  # a registered corpus, or a file: one sentence per line, or an NLI triplet CSV
     max_examples: int | None = None  # train on the first N examples only (profiles size runs with it)
@@ -62,7 +62,9 @@ class TrainConfig:
             if not ok:
                 raise ValueError(message)
 
-        need(self.method in ("simcse", "diffcse"), f"unknown method {self.method!r}; choose simcse or diffcse")
+        from ..methods import METHODS
+
+        need(self.method in METHODS, f"unknown method {self.method!r}; choose one of: {', '.join(METHODS)}")
         need(self.pooler in POOLERS, f"unknown pooler {self.pooler!r}; choose one of: {', '.join(POOLERS)}")
         need(self.projector in PROJECTORS, f"unknown projector {self.projector!r}; choose one of: "
              f"{', '.join(PROJECTORS)}")

@@ -41,17 +41,11 @@ def load_encoder(ref: str, dropout: float | None = None):
 
 
 def build_objective(cfg: TrainConfig, tokenizer, encoder):
-    from ..methods import DiffCSE, SimCSE
+    """The configured method's objective around the encoder: each method builds itself from the config
+    (`from_config`), so adding a method touches its own module, the registry and its config fields only."""
+    from ..methods import METHODS
 
-    common = {"pooler": cfg.pooler, "projector": cfg.projector, "temp": cfg.temp,
-              "hard_negative_weight": cfg.hard_negative_weight}
-    if cfg.method == "simcse":
-        return SimCSE(encoder, **common)
-    from transformers import AutoModelForMaskedLM
-
-    _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
-    return DiffCSE(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **cfg.diffcse_options(),
-                   **common)
+    return METHODS[cfg.method].from_config(cfg, tokenizer, encoder)
 
 
 def _is_better(new: float, best: float | None) -> bool:
