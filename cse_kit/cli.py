@@ -36,12 +36,19 @@ def cmd_data(args) -> int:
         for path in args.paths:
             placed = data.import_path(path, args.data_dir)
             print(f"{path}: imported {', '.join(placed)}")
-    report = data.status(args.data_dir, getattr(args, "names", None) or None)
+    named = getattr(args, "names", None) or None
+    report = data.status(args.data_dir, named)
     if getattr(args, "json", False):
         print(json.dumps(report, indent=1))
     else:
         print(f"data directory: {data.resolve_data_dir(args.data_dir)}")
         _print_status(report)
+    # a named dataset must be there and verified; without names, every dataset that is there must be verified
+    bad = [n for n, r in report["datasets"].items() if not r["verified"] and (named or r["present"])]
+    if bad:
+        print(f"cse-kit: not verified: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an intact copy, "
+              f"or `cse-kit data download {' '.join(bad)}`", file=sys.stderr)
+        return 1
     return 0
 
 
