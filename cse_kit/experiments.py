@@ -19,8 +19,9 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 from .io import write_json_atomic  # noqa: E402
 from .paper import paper_table  # noqa: E402
+from .papers import paper_key  # noqa: E402
 from .results import Pretrained, ResultStore  # noqa: E402
-from .train.presets import GENERATORS, PROFILES, ProfileUnavailable, build_config
+from .train.presets import PROFILES, ProfileUnavailable, build_config
 
 #: What each profile's numbers are, printed at the top of every notebook and shown in the report.
 PROFILE_NOTES = {
@@ -55,21 +56,6 @@ def sweep(values: list, single, name: str) -> list:
     chosen = list(values) if single is None else [single]
     check(len(chosen) > 0, f"no {name} values to run: give a non-empty list or a single value")
     return chosen
-
-
-def check_lams(lams: list) -> None:
-    bad = [x for x in lams if not isinstance(x, (int, float)) or x < 0]
-    check(not bad, f"λ must be a number >= 0 (0 is SimCSE with the BatchNorm projector); got {bad}")
-
-
-def check_mask_ratios(ratios: list) -> None:
-    bad = [x for x in ratios if not isinstance(x, (int, float)) or not 0 < x < 1]
-    check(not bad, f"masking ratios must lie in (0, 1), e.g. 0.3 for 30%; got {bad}")
-
-
-def check_generators(names: list) -> None:
-    bad = [g for g in names if g not in GENERATORS]
-    check(not bad, f"unknown generator(s) {bad}; choose from {', '.join(GENERATORS)}")
 
 
 def _quiet() -> None:
@@ -203,11 +189,12 @@ def transfer_eval(profile: str) -> str:
 
 
 # --- paper vs reproduced ------------------------------------------------------------------------------------------
-def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None) -> pd.DataFrame:
-    """One line per (row, column): the paper's value, mean ± std over seeds, n, and the difference.
+def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None, paper: str = "diffcse") -> pd.DataFrame:
+    """One line per (row, column): the paper's value (`paper`'s Table `table`), mean ± std over seeds, n, and the
+    difference.
     cell(row, column) -> (paper row, paper column) says where the paper's value is (default: the same labels;
     sweeps such as Table 8 put our rows in the paper's columns). Cells the paper lacks show NaN."""
-    paper = paper_table(table)
+    published = paper_table(table, paper)
     cell = cell or (lambda row, column: (row, column))
     out = []
     for label, group in long.groupby("row", sort=False):
@@ -215,7 +202,8 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None)
         for col in columns:
             values = ok[col].dropna().to_numpy(float) if col in ok else np.array([])
             prow, pcol = cell(label, col)
-            ref = float(paper.loc[prow, pcol]) if prow in paper.index and pcol in paper.columns else math.nan
+            ref = (float(published.loc[prow, pcol]) if prow in published.index and pcol in published.columns
+                   and published.loc[prow, pcol] is not None else math.nan)
             mean = float(values.mean()) if len(values) else math.nan
             out.append({"row": label, "column": col, "paper": ref, "mean": mean,
                         "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
@@ -260,13 +248,13 @@ def style(comparison: pd.DataFrame, caption: str, tolerance: float = 1.0, digits
 
 
 def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),
-               extra: dict | None = None) -> Path:
-    """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the
-    comparison, the figures as PNG data URIs, notes, the profile and seeds."""
+               extra: dict | None = None, paper: str = "diffcse") -> Path:
+    """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the paper,
+    the comparison, the figures as PNG data URIs, notes, the profile and seeds."""
     from .environment import describe
     from .plots import to_data_uri
 
-    table = {"name": name, "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
+    table = {"name": name, "paper": paper_key(paper), "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
              "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
              "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
              "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -16,13 +16,13 @@ import pandas as pd
 
 from .experiments import TABLE_MIMETYPE, resolve_profile, style
 from .io import write_json_atomic, write_text_atomic
+from .papers import all_notebooks
 from .results import source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-#: The report's order: the paper's.
-NOTEBOOKS = ("table1_sts", "table2_transfer", "table5_batchnorm", "table6_generator", "table7_mask_ratio",
-             "table8_lambda", "table9_10_retrieval", "table11_alignment", "figure2_cosine", "table12_14_hparams")
+#: Every paper's notebooks, in the report's order (papers, then each paper's own order).
+NOTEBOOKS = tuple(all_notebooks())
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
 

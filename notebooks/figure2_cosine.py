@@ -30,10 +30,11 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
-rows = [r for r in tables.geometry_rows(s.profile) if r.preset]
+rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 
 # %%
 found = ex.records(rows, s, ("geometry",))
