@@ -17,6 +17,13 @@ NOTEBOOKS = {
     "table9_10_retrieval": ["Table 9", "Table 10"], "table11_alignment": ["Table 11"], "figure2_cosine": ["Figure 2"],
     "table12_14_hparams": ["Table 12", "Table 13", "Table 14"],
 }
+#: artefact -> the (row, column) of its notebook's comparison the report's coverage matrix quotes
+HEADLINES = {
+    "Table 1": ("DiffCSE-BERT-base", "Avg."), "Table 2": ("DiffCSE-BERT-base", "Avg."),
+    "Table 5": ("DiffCSE w/ BatchNorm", "STS-B"), "Table 6": ("DistilBERT-base (L=6, H=768)", "STS-B"),
+    "Table 7": ("30%", "STS-B"), "Table 8": ("0.005", "STS-B"), "Table 10": ("DiffCSE-BERT-base", "@1"),
+    "Table 11": ("DiffCSE-BERT-base", "Alignment"), "Table 14": ("14: DiffCSE (train)", "BERT-base"),
+}
 
 BACKBONE_LABELS = {"bert": "BERT-base", "roberta": "RoBERTa-base"}
 #: SimCSE with DiffCSE's BatchNorm projector and DiffCSE's STS settings (lr, epochs, batch): Table 5, Table 8 λ = 0
