@@ -44,3 +44,24 @@ def test_paper_layout_keeps_the_papers_rows_and_columns_and_marks_rows_not_run()
     assert html.index(">STS12<") < html.index(">Avg.<") and html.index(">SimCSE<") < html.index(">RoBERTa<")
     assert "title='no RoBERTa offline'>not run" in html
     assert "<b>71.00 ± 0.10</b>" in html and "<caption>Table 1" in html
+
+
+def _sweep(mean):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cse_kit import plots
+
+    return plots.sweep(pd.DataFrame({"row": ["0", "0.005", "0.1"], "column": "STS-B", "paper": [82.22, 84.56, 83.66],
+                                     "mean": mean, "std": [0.01, 0.02, math.nan]}), "λ", "Table 8")
+
+
+def test_a_sweep_on_the_papers_scale_shares_one_axis():
+    assert len(_sweep([82.0, 84.0, 83.9]).axes) == 1
+
+
+def test_a_sweep_on_another_scale_gets_two_panels_of_the_same_span():
+    """A curve flat within 0.05 points must not look like the paper's 2.3-point curve."""
+    paper_ax, ours_ax = _sweep([40.10, 40.12, 40.15]).axes
+    assert paper_ax.get_ylim()[1] - paper_ax.get_ylim()[0] == pytest.approx(ours_ax.get_ylim()[1] - ours_ax.get_ylim()[0])
+    assert ours_ax.get_ylim()[1] - ours_ax.get_ylim()[0] > 2.3
