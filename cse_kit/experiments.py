@@ -193,9 +193,12 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None,
     """One line per (row, column): the paper's value (`paper`'s Table `table`), mean ± std over seeds, n, and the
     difference.
     cell(row, column) -> (paper row, paper column) says where the paper's value is (default: the same labels;
-    sweeps such as Table 8 put our rows in the paper's columns). Cells the paper lacks show NaN."""
+    sweeps such as Table 8 put our rows in the paper's columns; a released checkpoint's row is compared with the row it
+    stands for). Cells the paper lacks show NaN."""
+    from .papers.released import paper_row
+
     published = paper_table(table, paper)
-    cell = cell or (lambda row, column: (row, column))
+    cell = cell or (lambda row, column: (paper_row(row), column))
     out = []
     for label, group in long.groupby("row", sort=False):
         ok = group[group.status == "ok"]
