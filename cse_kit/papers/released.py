@@ -9,11 +9,9 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from ..experiments import Row
+from ..experiments import RELEASED_SUFFIX, Row
 
 RELEASED_FILE = Path(__file__).with_name("released.json")
-#: appended to a paper row's label for the row that re-evaluates the authors' checkpoint
-SUFFIX = " (released checkpoint)"
 
 
 @lru_cache(maxsize=1)
@@ -31,10 +29,5 @@ def released_row(model_id: str, label: str, profile: str) -> Row:
     the Hub, so only the `paper` profile runs it; elsewhere it is shown as not run, with that reason."""
     entry = checkpoints()[model_id]
     if profile != "paper":
-        return Row(label + SUFFIX, unavailable=f"needs the Hub: {model_id} is evaluated on the paper profile")
-    return Row(label + SUFFIX, model=model_id, pooler=entry["pooler"])
-
-
-def paper_row(label: str) -> str:
-    """The paper's row a (released checkpoint) row is compared with."""
-    return label.removesuffix(SUFFIX)
+        return Row(label + RELEASED_SUFFIX, unavailable=f"needs the Hub: {model_id} is evaluated on the paper profile")
+    return Row(label + RELEASED_SUFFIX, model=model_id, pooler=entry["pooler"])
