@@ -79,11 +79,45 @@ class Setup:
         return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}"
 
 
+def _assigned_names(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def refuse_unknown_parameters() -> None:
+    """papermill injects every `-p name value` as a cell right after the tagged `parameters` cell, whatever the
+    name, so a misspelt one (`-p lamda 0.1`) would leave the default sweep to run. The kernel's input history holds
+    both cells: a name the injected cell sets that the parameters cell does not declare is refused."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    cells = list(shell.user_ns.get("In", [])) if shell is not None else []
+    injected = [i for i, cell in enumerate(cells) if i > 0 and cell.lstrip().startswith("# Parameters")]
+    if not injected:
+        return
+    declared = _assigned_names(cells[injected[-1] - 1])
+    unknown = sorted(_assigned_names(cells[injected[-1]]) - declared)
+    check(not unknown, f"unknown notebook parameter(s) {unknown}; this notebook takes: {', '.join(sorted(declared))} "
+                       "(`papermill --help-notebook NOTEBOOK` lists them with their help)")
+
+
 def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", results_dir: str = "",
           force: bool = False) -> Setup:
     """The first cell's call: resolves the profile and the seeds (the profile's default when empty) and opens the
     results store. Prints the profile, which every number is recorded with."""
     _quiet()
+    refuse_unknown_parameters()
     profile = resolve_profile(profile)
     seeds = list(seeds) if seeds else list(PROFILES[profile]["report"]["seeds"])
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")

@@ -53,6 +53,10 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     import papermill
 
     source = NOTEBOOK_DIR / f"{name}.ipynb"
+    unknown = sorted(set(params) - set(papermill.inspect_notebook(str(source))))
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {unknown}; it takes: "
+                         f"{', '.join(papermill.inspect_notebook(str(source)))}")
     out = executed_dir / f"{name}__{execution_key(source, params)}.ipynb"
     if out.is_file() and not force and not _failed(nbformat.read(out, as_version=4)):
         return {"name": name, "path": out, "status": "reused", "seconds": 0.0, "error": ""}
