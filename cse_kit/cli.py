@@ -48,13 +48,14 @@ def cmd_data(args) -> int:
 def cmd_eval(args) -> int:
     from .eval import Encoder, evaluate, format_tables, parse_tasks
     from .io import write_json_atomic
-    from .models import load_model
+    from .models import load_model, resolve_reference
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
+    resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
     pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_length=args.max_length,
-                      device=args.device, amp=not args.no_amp)
+                      device=args.device, amp=args.amp)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
@@ -185,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: none)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--no-amp", action="store_true", help="encode in fp32 on GPU")
+    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on GPU (faster, not the "
+                                                     "papers' fp32 protocol; recorded in the result)")
     _data_dir_arg(p)
     p.set_defaults(func=cmd_eval)
 

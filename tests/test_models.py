@@ -28,8 +28,8 @@ def test_local_directory_is_used_as_is(tmp_path):
 
 
 def test_uncached_hub_id_offline_names_the_fix():
-    with pytest.raises(ModelNotFoundError, match=r"offline mode is on.*huggingface-cli download "
-                                                 r"princeton-nlp/no-such-model"):
+    with pytest.raises(ModelNotFoundError, match=r"offline mode is on.*`hf download "
+                                                 r"princeton-nlp/no-such-model`"):
         load_model("princeton-nlp/no-such-model", offline=True)
 
 
@@ -40,3 +40,28 @@ def test_fitted_mlm_head_is_found_in_the_given_data_dir(tmp_path):
     made.mkdir(parents=True)
     (made / "config.json").write_text("{}")
     assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made)
+
+
+@pytest.mark.parametrize("ref", ["runs/x/model", "./model", "/no/such/dir", "~/nothing/here"])
+def test_a_path_that_does_not_exist_is_called_one_not_a_hub_id(ref):
+    with pytest.raises(ModelNotFoundError, match=f"model path {ref} does not exist"):
+        resolve_reference(ref)
+
+
+def test_a_model_saved_without_its_pooler_loads_quietly_and_refuses_the_cls_pooler(tmp_path, capfd):
+    """A kit-trained encoder has no BERT pooler layer: no MISSING load report, and `cls` (which would read random
+    pooler weights) is refused while cls_before_pooler works."""
+    from transformers import BertModel
+
+    from cse_kit.eval import Encoder
+
+    tokenizer, bert = load_model("smoke-bert")
+    BertModel(bert.config, add_pooling_layer=False).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    capfd.readouterr()
+    _, model = load_model(str(tmp_path / "m"), offline=True)
+    printed = capfd.readouterr()
+    assert "MISSING" not in printed.out + printed.err and "LOAD REPORT" not in printed.out + printed.err
+    with pytest.raises(ValueError, match="saved without.*use cls_before_pooler"):
+        Encoder(model, tokenizer, "cls")
+    assert Encoder(model, tokenizer, "cls_before_pooler", progress=False).encode(["a b"]).shape == (1, 32)

@@ -52,17 +52,23 @@ def pool(outputs, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
 class Encoder:
     """Encodes sentences with a model and a pooler, each distinct sentence once (embeddings are kept until
     `clear()`), in batches of similar length, without truncation unless max_length is given (as SentEval).
-    AMP (bf16 where supported, else fp16) is used on CUDA unless amp=False."""
+    fp32, as the papers' SentEval: AMP (bf16 where supported, else fp16) on CUDA only when amp=True (it moved
+    transfer accuracy by up to 0.8 points on an H100), and then recorded with the result."""
 
     def __init__(self, model, tokenizer, pooler: str, *, batch_size: int = 128, max_length: int | None = None,
-                 device: str | torch.device | None = None, amp: bool | None = None, progress: bool = True):
+                 device: str | torch.device | None = None, amp: bool = False, progress: bool = True):
+        from ..models import newly_initialized
+
         self.pooler = check_pooler(pooler)
+        if pooler == "cls" and any(k.startswith("pooler.") for k in newly_initialized(model)):
+            raise ValueError("pooler 'cls' reads BERT's pooler layer, which this model was saved without (its weights "
+                             "would be random; kit-trained encoders are exported without it): use cls_before_pooler")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_length = max_length
-        self.amp = (self.device.type == "cuda") if amp is None else amp
+        self.amp = amp
         self.progress = progress
         self.seconds = 0.0  # time spent encoding (tokenization included)
         self._cache: dict[str, np.ndarray] = {}
