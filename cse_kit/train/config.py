@@ -106,8 +106,8 @@ class TrainConfig:
              "scd_self_contrast_weight, scd_decorrelation_weight and scd_lambda must be >= 0")
         need(self.scd_temp > 0, f"scd_temp must be positive, got {self.scd_temp}")
         parse_widths(self.scd_projector)
-        need(self.method != "scd" or self.dropout is None, "SCD sets the dropout of each view itself: leave dropout "
-             "unset and use scd_dropout_low / scd_dropout_high")
+        need(self.method != "scd" or self.dropout is None, "SCD sets the dropout of each view itself: leave "
+             "dropout unset and use scd_dropout_low / scd_dropout_high")
 
     def diffcse_options(self) -> dict:
         """The four paper-vs-code choices: explicit settings over the variant's defaults."""

@@ -16,7 +16,8 @@ _DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant
 _SCD = {"method": "scd", "lr": 3e-5, "batch_size": 192, "epochs": 1, "pooler": "cls_before_pooler",
         "metric": "sickr_spearman", "eval_steps": 250}
 
-#: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh, §2.3 (SCD).
+#: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
+#: §2.3 (SCD: paper §3.1, the official README and issue #2).
 PRESETS = {
     "simcse-bert": ("bert", {**_SIMCSE, "lr": 3e-5, "batch_size": 64}),
     "simcse-roberta": ("roberta", {**_SIMCSE, "lr": 1e-5, "batch_size": 512}),
