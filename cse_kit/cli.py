@@ -63,16 +63,23 @@ def cmd_eval(args) -> int:
 
 
 def _pooler_of(model: str) -> str:
-    """The pooler a kit-trained model was exported with; other models must say it."""
+    """The pooler a kit-trained model was exported with, or the one a released checkpoint of the papers must be
+    evaluated with (cse_kit/papers/released.json); other models must say it."""
     from pathlib import Path
 
+    from .papers.released import lookup
     from .train.export import read_metadata
 
     meta = read_metadata(model) if Path(model).is_dir() else None
-    if not meta or "pooler" not in meta:
-        raise ValueError(f"--pooler is required for {model} (it has no cse_kit.json saying how it was trained)")
-    print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
-    return meta["pooler"]
+    if meta and "pooler" in meta:
+        print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
+        return meta["pooler"]
+    entry = lookup(model)
+    if entry:
+        print(f"pooler {entry['pooler']} (released checkpoint of {entry['paper']}; source: {entry['source']})")
+        return entry["pooler"]
+    raise ValueError(f"--pooler is required for {model} (it has no cse_kit.json saying how it was trained and is not "
+                     "a released checkpoint of the papers)")
 
 
 def cmd_train(args) -> int:
@@ -121,9 +128,24 @@ def cmd_report(args) -> int:
 
     from .report import build
 
+    if args.list:
+        return cmd_status(args)
     start = time.perf_counter()
-    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only)
+    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+def cmd_status(args) -> int:
+    """The coverage matrix from what the notebooks last saved in the results store; executes nothing."""
+    from .experiments import resolve_profile
+    from .report import coverage, coverage_text, saved_tables, select
+
+    profile = resolve_profile(args.profile)
+    names = select(args.paper, getattr(args, "only", None))
+    tables = {name: table for name, table in saved_tables(args.results_dir, profile).items() if name in names}
+    print(f"profile {profile}; results {args.results_dir or 'reports/results'}")
+    print(coverage_text(coverage(tables, papers=args.paper)))
     return 0
 
 
@@ -167,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     _data_dir_arg(p)
     p.set_defaults(func=cmd_eval)
 
+    from .papers import PAPERS
     from .train import PRESETS, PROFILES
 
     p = sub.add_parser("train", help="train a preset (SimCSE, DiffCSE) on a profile; resumes an interrupted run",
@@ -207,7 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="report folder (default: reports/)")
     p.add_argument("--force", action="store_true", help="re-execute every notebook (finished runs are still reused)")
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
+    p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
+    p.add_argument("--list", action="store_true", help="print the coverage matrix and execute nothing (= cse-kit status)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("status", help="the coverage matrix of the four papers' tables and figures (executes nothing)")
+    p.add_argument("--profile", default="auto", help="whose results to show (default auto: paper with a GPU, else cpu)")
+    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
+    p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
+    p.set_defaults(func=cmd_status)
     return parser
 
 

@@ -193,9 +193,12 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None,
     """One line per (row, column): the paper's value (`paper`'s Table `table`), mean ± std over seeds, n, and the
     difference.
     cell(row, column) -> (paper row, paper column) says where the paper's value is (default: the same labels;
-    sweeps such as Table 8 put our rows in the paper's columns). Cells the paper lacks show NaN."""
+    sweeps such as Table 8 put our rows in the paper's columns; a released checkpoint's row is compared with the row it
+    stands for). Cells the paper lacks show NaN."""
+    from .papers.released import paper_row
+
     published = paper_table(table, paper)
-    cell = cell or (lambda row, column: (row, column))
+    cell = cell or (lambda row, column: (paper_row(row), column))
     out = []
     for label, group in long.groupby("row", sort=False):
         ok = group[group.status == "ok"]
@@ -216,35 +219,14 @@ def sweep_cell(paper_row: str):
     return lambda row, column: (paper_row, row)
 
 
-def fmt_mean_std(mean: float, std: float, n: int, digits: int = 2) -> str:
-    if n == 0 or math.isnan(mean):
-        return "not run"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}" if n > 1 else f"{mean:.{digits}f} (n=1)"
+def show(comparison: pd.DataFrame, caption: str, tolerance: float | None = None):
+    """The comparison in the paper's layout, each cell paper | ours | Δ, Δ coloured by the metric's tolerance
+    (`tolerance` overrides it for every cell, e.g. 0 for hyper-parameters that must match exactly)."""
+    from .render import Shown
 
-
-def wide(comparison: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
-    """Paper-style layout: one line per row, each column showing `paper | ours mean ± std (Δ)`."""
-    cells = comparison.assign(cell=[
-        (f"{r.paper:.{digits}f} | " if not math.isnan(r.paper) else "— | ")
-        + fmt_mean_std(r.mean, r.std, r.n, digits) + (f" ({r.diff:+.{digits}f})" if not math.isnan(r.diff) else "")
-        for r in comparison.itertuples()])
-    return cells.pivot(index="row", columns="column", values="cell").reindex(
-        index=list(dict.fromkeys(comparison.row)), columns=list(dict.fromkeys(comparison.column)))
-
-
-def style(comparison: pd.DataFrame, caption: str, tolerance: float = 1.0, digits: int = 2):
-    """The comparison as a pandas Styler, Δ green within `tolerance` of the paper and red beyond."""
-    shown = comparison.assign(ours=[fmt_mean_std(m, s, n, digits) for m, s, n in
-                                    zip(comparison["mean"], comparison["std"], comparison["n"])])
-    shown = shown[["row", "column", "paper", "ours", "n", "diff", "reason"]].reset_index(drop=True)
-
-    def colour(v):
-        if isinstance(v, float) and not math.isnan(v):
-            return f"color: {'#1a7f37' if abs(v) <= tolerance else '#cf222e'}; font-weight: bold"
-        return ""
-
-    return (shown.style.format({"paper": f"{{:.{digits}f}}", "diff": f"{{:+.{digits}f}}"}, na_rep="—")
-            .map(colour, subset=["diff"]).hide(axis="index").set_caption(caption))
+    if tolerance is not None:
+        comparison = comparison.assign(tolerance=tolerance)
+    return Shown(comparison, caption)
 
 
 def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),

@@ -15,23 +15,37 @@ OURS_STYLE = {"color": "#0b6fbf", "marker": "o", "capsize": 4, "label": "reprodu
 
 
 def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool = False):
-    """One metric over a swept value: our mean ± std per value with the paper's points (two y-axes when the
-    profile's scale differs from the paper's, e.g. MiniLM on cpu)."""
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    """One metric over a swept value: our mean ± std per value beside the paper's points. On one y-axis when both
+    share a scale; when they cannot (a cpu/smoke profile far from the paper's numbers) two panels, each with its own
+    axis and labelled as such, never two auto-scaled axes on one frame."""
     x = np.arange(len(comparison))
     ours = comparison["mean"].to_numpy(float)
-    ax.errorbar(x, ours, yerr=np.nan_to_num(comparison["std"].to_numpy(float)), **OURS_STYLE)
-    paper_ax = ax
-    if np.isfinite(ours).any() and abs(np.nanmean(ours) - comparison["paper"].mean()) > 5:
-        paper_ax = ax.twinx()
-        paper_ax.set_ylabel("paper", color=PAPER_STYLE["color"])
-    paper_ax.plot(x, comparison["paper"], **PAPER_STYLE)
-    ax.set_xticks(x, comparison["row"], rotation=30 if rotate_labels else 0)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(comparison["column"].iloc[0])
-    ax.set_title(title)
-    handles = [h for a in {ax, paper_ax} for h in a.get_legend_handles_labels()[0]]
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    paper = comparison["paper"].to_numpy(float)
+    apart = np.isfinite(ours).any() and abs(np.nanmean(ours) - np.nanmean(paper)) > 5
+    fig, axes = plt.subplots(1, 2 if apart else 1, figsize=(10 if apart else 6, 3.6), squeeze=False)
+    ours_ax, paper_ax = (axes[0][1], axes[0][0]) if apart else (axes[0][0], axes[0][0])
+    paper_ax.plot(x, paper, **PAPER_STYLE)
+    ours_ax.errorbar(x, ours, yerr=np.nan_to_num(comparison["std"].to_numpy(float)), **OURS_STYLE)
+    column = comparison["column"].iloc[0]
+    for ax in {ours_ax, paper_ax}:
+        ax.set_xticks(x, comparison["row"], rotation=30 if rotate_labels else 0)
+        ax.set_xlabel(xlabel)
+        ax.legend(loc="best", fontsize=8)
+    if apart:  # the same span of points on both panels, so a flat curve looks flat beside the paper's
+        std = np.nan_to_num(comparison["std"].to_numpy(float))
+        lows, highs = (np.nanmin(paper), np.nanmin(ours - std)), (np.nanmax(paper), np.nanmax(ours + std))
+        span = 1.2 * max(highs[0] - lows[0], highs[1] - lows[1], 0.5)
+        for ax, low, high in ((paper_ax, lows[0], highs[0]), (ours_ax, lows[1], highs[1])):
+            centre = (low + high) / 2
+            ax.set_ylim(centre - span / 2, centre + span / 2)
+        paper_ax.set_ylabel(f"{column} (paper)")
+        ours_ax.set_ylabel(f"{column} (reproduced, this profile)")
+        paper_ax.set_title("paper")
+        ours_ax.set_title("reproduced (other level, same span of points)")
+        fig.suptitle(title)
+    else:
+        ours_ax.set_ylabel(column)
+        ours_ax.set_title(title)
     fig.tight_layout()
     return fig
 
@@ -47,7 +61,7 @@ def bars(comparison: pd.DataFrame, column: str, title: str):
     ax.set_xticks(x, part["row"], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(column)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over one
     fig.tight_layout()
     return fig
 
@@ -72,13 +86,18 @@ def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of
 def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]] | None = None):
     """DiffCSE Table 11 as Wang & Isola's plane: alignment against uniformity, lower-left is better."""
     fig, ax = plt.subplots(figsize=(5, 4))
-    for label, (a, u) in points.items():
+    # labels fan out in turn (up, down, further up ...) so points close together do not print over each other
+    offsets = [(6, 6), (6, -12), (6, 16), (6, -22), (6, 26)]
+    for i, (label, (a, u)) in enumerate(points.items()):
         ax.scatter(u, a, color=OURS_STYLE["color"])
-        ax.annotate(label, (u, a), fontsize=8, xytext=(4, 4), textcoords="offset points")
-    for label, (a, u) in (paper or {}).items():
+        ax.annotate(label, (u, a), fontsize=8, xytext=offsets[i % len(offsets)], textcoords="offset points",
+                    arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+    for i, (label, (a, u)) in enumerate((paper or {}).items()):
         ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
-        ax.annotate(f"{label} (paper)", (u, a), fontsize=8, color=PAPER_STYLE["color"], xytext=(4, -10),
-                    textcoords="offset points")
+        ax.annotate(f"{label} (paper)", (u, a), fontsize=8, color=PAPER_STYLE["color"],
+                    xytext=offsets[(i + 1) % len(offsets)], textcoords="offset points",
+                    arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+    ax.margins(0.25)
     ax.set_xlabel("uniformity (lower is better)")
     ax.set_ylabel("alignment (lower is better)")
     ax.set_title("Alignment and uniformity, STS-B test")

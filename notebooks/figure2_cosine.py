@@ -48,4 +48,4 @@ figure = plots.gold_bins(bins)
 
 # %%
 ex.save_table(s, "figure2_cosine", "Figure 2: cosine similarity by gold-score group", None, [figure],
-              ["mean cosine per group: " + means.to_json()], extra={"means": means.to_dict()})
+              extra={"tables": {"mean cosine similarity per gold-score group": means.reset_index().to_dict("records")}})

@@ -40,7 +40,7 @@ rows = diffcse.geometry_rows(s.profile)
 # %%
 long = ex.run_rows(rows, s, ("geometry", "sts_test"), ex.geometry_columns)
 comparison = ex.compare(long, 11, ["Alignment", "Uniformity", "STS"])
-display(ex.style(comparison, "Table 11: alignment, uniformity, STS, paper vs reproduced", digits=3))
+display(ex.show(comparison, "Table 11: alignment, uniformity, STS, paper vs reproduced"))
 
 # %%
 ours = long[long.status == "ok"].groupby("row", sort=False)[["Alignment", "Uniformity"]].mean()

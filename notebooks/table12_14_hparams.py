@@ -49,7 +49,7 @@ hparams = pd.concat([side_by_side(12, diffcse.hyperparameter_rows("sts")).assign
                      side_by_side(13, diffcse.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
 hparams["row"] = hparams["table"] + ": " + hparams["row"]
 hparams = hparams.drop(columns="table")
-display(ex.style(hparams, "Tables 12-13: presets vs paper", tolerance=0.0, digits=6))
+display(ex.show(hparams, "Tables 12-13: presets vs paper", tolerance=0.0))
 
 # %%
 counts = diffcse.parameter_table(s.profile)
@@ -57,8 +57,7 @@ millions = {m: {b: (v / 1e6 if isinstance(v, int) else float("nan")) for b, v in
 table14 = side_by_side(14, millions)
 table14["reason"] = [counts[r.row][r.column] if isinstance(counts[r.row][r.column], str) else ""
                      for r in table14.itertuples()]
-display(ex.style(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0,
-                 digits=1))
+display(ex.show(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0))
 
 # %%
 ex.save_table(s, "table12_14_hparams", "Tables 12-14: hyper-parameters and parameter counts",

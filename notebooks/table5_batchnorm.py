@@ -36,7 +36,7 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 # %%
 long = ex.run_rows(diffcse.table5_rows(), s, ("sts_dev", "transfer_dev"), ex.dev_columns)
 comparison = ex.compare(long, 5, ["STS-B", "Avg. transfer"])
-display(ex.style(comparison, "Table 5: BatchNorm on/off (dev), paper vs reproduced"))
+display(ex.show(comparison, "Table 5: BatchNorm on/off (dev), paper vs reproduced"))
 
 # %%
 figure = plots.bars(comparison, "STS-B", "Table 5: STS-B dev")

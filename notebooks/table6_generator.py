@@ -41,7 +41,7 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 # %%
 long = ex.run_rows(diffcse.table6_rows(chosen, s.profile), s, ("sts_dev", "transfer_dev"), ex.dev_columns)
 comparison = ex.compare(long, 6, ["STS-B", "Avg. transfer"])
-display(ex.style(comparison, "Table 6: generator size (dev), paper vs reproduced"))
+display(ex.show(comparison, "Table 6: generator size (dev), paper vs reproduced"))
 
 # %%
 figure = plots.bars(comparison.dropna(subset=["mean"]), "STS-B", "Table 6: STS-B dev by generator")

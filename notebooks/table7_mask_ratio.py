@@ -40,7 +40,7 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 # %%
 long = ex.run_rows(diffcse.table7_rows(chosen), s, ("sts_dev",), ex.dev_columns)
 comparison = ex.compare(long, 7, ["STS-B"], ex.sweep_cell("STS-B"))
-display(ex.style(comparison, "Table 7: STS-B dev by masking ratio, paper vs reproduced"))
+display(ex.show(comparison, "Table 7: STS-B dev by masking ratio, paper vs reproduced"))
 
 # %%
 figure = plots.sweep(comparison, "masking ratio", "Table 7: STS-B dev by masking ratio")

@@ -40,7 +40,7 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 # %%
 long = ex.run_rows(diffcse.table8_rows(chosen), s, ("sts_dev",), ex.dev_columns)
 comparison = ex.compare(long, 8, ["STS-B"], ex.sweep_cell("STS-B"))
-display(ex.style(comparison, "Table 8: STS-B dev by λ, paper vs reproduced"))
+display(ex.show(comparison, "Table 8: STS-B dev by λ, paper vs reproduced"))
 
 # %%
 figure = plots.sweep(comparison, "λ", "Table 8: STS-B dev by λ", rotate_labels=True)

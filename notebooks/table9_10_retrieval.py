@@ -40,7 +40,7 @@ rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 # %%
 long = ex.run_rows(rows, s, ("geometry",), ex.retrieval_columns)
 comparison = ex.compare(long, 10, ["@1", "@5", "@10"])
-display(ex.style(comparison, "Table 10: retrieval recall on STS-B test, paper vs reproduced"))
+display(ex.show(comparison, "Table 10: retrieval recall on STS-B test, paper vs reproduced"))
 
 # %%
 paper9 = paper_examples(9)

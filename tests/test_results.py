@@ -93,7 +93,8 @@ def test_compare_mean_std_and_difference():
     assert out.loc["0.005", "std"] == pytest.approx(math.sqrt(2))
     assert out.loc["0.005", "diff"] == pytest.approx(-3.56)
     assert out.loc["0.1", "n"] == 0 and out.loc["0.1", "reason"] == "why" and math.isnan(out.loc["0.1", "mean"])
-    assert "84.56 | 81.00 ± 1.41 (-3.56)" in ex.wide(out.reset_index()).loc["0.005", "STS-B"]
+    shown = ex.show(out.reset_index(), "Table 8")._repr_html_()
+    assert "84.56</span> | <b>81.00 ± 1.41</b> | <span class='delta' style='color:#cf222e'>-3.56" in shown
 
 
 def test_parameter_count_formula_equals_a_real_diffcse(data_dir):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,15 +92,33 @@ def _int(path: Path, lineno: int, value: str, what: str) -> int:
         raise DataError(f"{path}:{lineno}: expected an integer {what}, got {value!r}") from None
 
 
+def downloads_allowed() -> bool:
+    """Missing datasets are downloaded on first use unless the user is offline (CSE_KIT_OFFLINE=1, or the Hugging
+    Face switch HF_HUB_OFFLINE=1 that the tests and offline users already set)."""
+    off = ("1", "true", "yes", "on")
+    return not any(os.environ.get(v, "").lower() in off for v in ("CSE_KIT_OFFLINE", "HF_HUB_OFFLINE"))
+
+
 def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
-    """The folder holding the dataset's files; raises MissingDatasetError naming the command that fixes it."""
+    """The folder holding the dataset's files, downloading a missing dataset on first use (progress bar, checksum,
+    atomic placement) where downloads are allowed; else MissingDatasetError naming the command that fixes it."""
     root = resolve_data_dir(data_dir)
     missing = [p for p in ds.paths(root) if not p.is_file()]
     if missing:
-        raise MissingDatasetError(
-            f"dataset {ds.name} is missing from {root} (no {missing[0]}). Fix: `cse-kit data download {ds.name}`"
-            f" (needs internet) or `cse-kit data import PATH` with a local archive"
-            f"{'' if data_dir is None else f', adding --data-dir {root}'}.")
+        fix = (f"Fix: `cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with a local "
+               f"archive{'' if data_dir is None else f', adding --data-dir {root}'}.")
+        if not downloads_allowed():
+            raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}) and downloads are "
+                                      f"off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE). {fix}")
+        from .fetch import download
+
+        print(f"dataset {ds.name} is missing from {root}: downloading it once (set CSE_KIT_OFFLINE=1 to stop this)",
+              file=sys.stderr)
+        try:
+            download([ds.name], root)
+        except DataError as err:
+            raise MissingDatasetError(f"dataset {ds.name} is missing from {root} and could not be downloaded "
+                                      f"({err}). {fix}") from None
     return root / ds.group
 
 
