@@ -265,3 +265,33 @@ def test_two_processes_compute_the_one_process_loss(data_dir, tmp_path):
     assert len(logs[0]) == 3
     for key in ("loss", "decorrelation", "off_diagonal"):
         assert [r[key] for r in logs[0]] == pytest.approx([r[key] for r in logs[1]], rel=1e-4), key
+
+
+class _HashEncoder:
+    """A deterministic stand-in encoder: each sentence -> a fixed random 8-d vector of norm ~3 (not normalised)."""
+
+    def encode(self, sentences):
+        import zlib
+
+        import numpy as np
+
+        return np.stack([np.random.default_rng(zlib.crc32(s.encode())).normal(size=8) for s in sentences])
+
+
+def test_sts_filter_geometry_is_the_official_computation(data_dir):
+    """sts_filter.py's alignment and uniformity, recomputed here with its own tensor operations (align_loss,
+    uniform_loss on ref - random) from the STS-B test pairs with gold >= 4 in SentEval's sorted order."""
+    from cse_kit.data import load_sts
+    from cse_kit.eval.geometry import sts_filter_align_uniform
+
+    pairs = sorted((p for p in load_sts("STSBenchmark", "test", data_dir) if p.score >= 4.0),
+                   key=lambda p: (len(p.sent1.split()), len(p.sent2.split()), p.score))
+    enc = _HashEncoder()
+    ref, pos = torch.tensor(enc.encode([p.sent1 for p in pairs])), torch.tensor(enc.encode([p.sent2 for p in pairs]))
+    random = torch.cat([ref[:128], pos[128:]])
+    alignment = (ref - pos).norm(p=2, dim=1).pow(2).mean()
+    uniformity = torch.pdist(ref - random, p=2).pow(2).mul(-2).exp().mean().log()
+    out = sts_filter_align_uniform(enc, data_dir)
+    assert out["n_positive"] == len(pairs) > 128
+    assert out["alignment"] == pytest.approx(float(alignment), rel=1e-9)
+    assert out["uniformity"] == pytest.approx(float(uniformity), rel=1e-6)
