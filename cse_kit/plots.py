@@ -110,3 +110,28 @@ def to_data_uri(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def align_uniform_sts(points: dict[str, tuple[float, float, float]], paper: dict[str, tuple[float, float]] | None = None,
+                      title: str = "Alignment vs uniformity"):
+    """SCD Figure 2: uniformity (x) against alignment (y), each model coloured by its average STS; the paper's
+    points (alignment, uniformity) as squares."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    offsets = [(6, 6), (6, -12), (6, 16), (6, -22), (6, 26)]
+    if points:
+        a, u, sts = zip(*points.values())
+        dots = ax.scatter(u, a, c=sts, cmap="coolwarm", s=60)
+        fig.colorbar(dots, ax=ax, label="average STS (ours)")
+    for i, (label, (a, u, _)) in enumerate(points.items()):
+        ax.annotate(label, (u, a), fontsize=8, xytext=offsets[i % len(offsets)], textcoords="offset points",
+                    arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+    for i, (label, (a, u)) in enumerate((paper or {}).items()):
+        ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
+        ax.annotate(f"{label} (paper)", (u, a), fontsize=8, color=PAPER_STYLE["color"],
+                    xytext=offsets[(i + 1) % len(offsets)], textcoords="offset points")
+    ax.margins(0.25)
+    ax.set_xlabel("uniformity (lower is better)")
+    ax.set_ylabel("alignment (lower is better)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -218,6 +218,14 @@ def _geometry(encoder, data_dir) -> dict:
             "nearest": {q: found for q, found in zip(queries, nearest(encoder, queries, pool))}}
 
 
-#: name -> fn(encoder, data_dir) -> metrics
+def _geometry_sts_filter(encoder, data_dir) -> dict:
+    from .eval.geometry import sts_filter_align_uniform
+
+    return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
+
+
+#: name -> fn(encoder, data_dir) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
+#: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions)
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
-               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry}
+               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry,
+               "geometry_sts_filter": _geometry_sts_filter}

@@ -66,6 +66,9 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     ("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in"),
     ("table6_generator", {"generator": "gpt2"}, "unknown generator"),
     ("table1_sts", {"profile": "laptop"}, "unknown profile"),
+    ("scd_table3_ablation", {"recipe": "nope"}, "unknown SCD recipe"),
+    ("scd_table1_sts", {"recipe": "official-code"}, "BERT only"),
+    ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),
     ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
 ])
 def test_bad_parameters_fail_in_the_first_cell_before_training(name, params, message, tmp_path, data_dir):
