@@ -54,8 +54,8 @@ def cmd_eval(args) -> int:
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
     pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
-    encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_length=args.max_length,
-                      device=args.device, amp=args.amp)
+    encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                      max_length=args.max_length, device=args.device, amp=args.amp)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the result JSON here")
     p.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's default 1111)")
     p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="batches of this many (padded) tokens instead of --batch-size sentences (default: 16384 on "
+                        "CUDA, none on CPU)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: none)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on GPU (faster, not the "
