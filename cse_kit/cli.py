@@ -86,7 +86,15 @@ def _pooler_of(model: str) -> str:
 def cmd_train(args) -> int:
     from .train import build_config, train
 
-    cfg = build_config(args.preset, args.profile, _train_overrides(args))
+    from .experiments import resolve_profile
+
+    profile = resolve_profile(args.profile)
+    if args.profile == "auto":
+        import torch
+
+        print(f"profile {profile} (auto: {'a CUDA GPU' if torch.cuda.is_available() else 'no CUDA GPU'}; "
+              "--profile paper, cpu or smoke to choose)")
+    cfg = build_config(args.preset, profile, _train_overrides(args))
     summary = train(cfg, progress=not args.no_progress)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
@@ -201,9 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
                               "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
     p.add_argument("--preset", required=True, choices=list(PRESETS))
-    p.add_argument("--profile", default="paper", choices=list(PROFILES),
+    p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
                    help="paper: the papers' models and Wiki1M (GPU, Hub); cpu: all-MiniLM-L6-v2 on the local Wiki1M "
-                        "sample; smoke: tiny random models, seconds")
+                        "sample; smoke: tiny random models, seconds; auto (default, as the notebooks): paper with a "
+                        "CUDA GPU, else cpu")
     p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
     p.add_argument("--seed", type=int)
     p.add_argument("--max-steps", type=int)
@@ -257,6 +266,10 @@ def main(argv=None) -> int:
     except (DataError, ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every write is atomic and runs resume from their last checkpoint
+        print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to "
+              f"{'resume' if args.command in ('train', 'report') else 'start again'}.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

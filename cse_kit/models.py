@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import warnings
@@ -118,6 +119,13 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     offline = offline_mode() if offline is None else offline
     resolved = resolve_reference(ref, data_dir)
     local = Path(resolved).is_dir()
+    if not (local or offline or _in_hub_cache(resolved)):
+        unreachable = hub_unreachable()
+        if unreachable:  # fail now, not after a minute of transformers' retries
+            raise ModelNotFoundError(
+                f"cannot load {ref!r}: it is not in the local Hugging Face cache and the Hub cannot be reached "
+                f"({unreachable}). Without internet, use the cpu or smoke profile (--profile cpu), a local model "
+                f"directory, or fetch it elsewhere with `hf download {resolved}` and copy the cache.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline)
         with _quiet_loading():
@@ -141,6 +149,25 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
         warnings.warn(f"{ref}: {len(unexpected_missing)} weights are not in the checkpoint and start random "
                       f"(e.g. {', '.join(unexpected_missing[:3])})", stacklevel=2)
     return tokenizer, model
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+@functools.lru_cache(maxsize=1)
+def hub_unreachable() -> str | None:
+    """Why the Hub cannot be reached (one quick request, proxies honoured as downloads honour them), or None."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=5)
+    except Exception as err:  # any transport failure means a download would fail the same way, only slower
+        return f"{constants.ENDPOINT}: {type(err).__name__}: {err}"
+    return None
 
 
 #: model -> the weight names its checkpoint lacked (newly initialised at load)

@@ -65,3 +65,45 @@ def test_a_model_saved_without_its_pooler_loads_quietly_and_refuses_the_cls_pool
     with pytest.raises(ValueError, match="saved without.*use cls_before_pooler"):
         Encoder(model, tokenizer, "cls")
     assert Encoder(model, tokenizer, "cls_before_pooler", progress=False).encode(["a b"]).shape == (1, 32)
+
+
+def test_an_unreachable_hub_fails_at_once_with_the_offline_profiles_named(monkeypatch):
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    from cse_kit import models
+
+    with socket.socket() as s:  # a loopback port nobody listens on: connection refused, like a machine offline
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    models.hub_unreachable.cache_clear()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(ModelNotFoundError, match=r"Hub cannot be reached.*use the cpu or smoke profile"):
+            load_model("princeton-nlp/no-such-model", offline=False)
+    finally:
+        models.hub_unreachable.cache_clear()
+    assert time.perf_counter() - start < 5  # not a minute of retries
+
+
+def test_train_defaults_to_the_auto_profile_and_names_a_bad_setting(capsys, data_dir):
+    from cse_kit import cli
+
+    assert cli.main(["train", "--preset", "simcse-bert", "--set", "lr=abc", "--data-dir", str(data_dir)]) == 2
+    out, err = capsys.readouterr()
+    auto = "paper (auto: a CUDA GPU" if torch.cuda.is_available() else "cpu (auto: no CUDA GPU"
+    assert f"profile {auto}" in out and "lr takes a number (e.g. lr=3e-05), got 'abc'" in err
+
+
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(monkeypatch, capsys):
+    from cse_kit import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_train", interrupted)
+    assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 130
+    assert "interrupted; nothing half-written is kept. Rerun the same command to resume." in capsys.readouterr().err

@@ -135,7 +135,11 @@ def parse_value(config_field: dataclasses.Field, text: str):
         return text.lower() in ("true", "1", "yes")
     for name, cast in (("int", int), ("float", float)):
         if kind.startswith(name):
-            return cast(text)
+            try:
+                return cast(text)
+            except ValueError:
+                raise ValueError(f"{config_field.name} takes {'an integer' if cast is int else 'a number'} "
+                                 f"(e.g. {config_field.name}={config_field.default}), got {text!r}") from None
     return text
 
 
