@@ -36,7 +36,18 @@ def cmd_data(args) -> int:
         for path in args.paths:
             placed = data.import_path(path, args.data_dir)
             print(f"{path}: imported {', '.join(placed)}")
+    root = data.resolve_data_dir(args.data_dir)
+    fill = ("Fill it with `cse-kit data import ARCHIVE...` (the archives of ../shared/data, or your own copies) or "
+            "`cse-kit data download` (needs internet)")
+    if not root.is_dir():
+        print(f"cse-kit: data directory {root} does not exist (misspelt --data-dir or $CSE_KIT_DATA?). {fill}.",
+              file=sys.stderr)
+        return 1
     report = data.status(args.data_dir, getattr(args, "names", None) or None)
+    if not any(r["present"] for r in report["datasets"].values()):
+        print(f"cse-kit: data directory {root} holds none of the {len(report['datasets'])} datasets asked for. "
+              f"{fill}.", file=sys.stderr)
+        return 1
     if getattr(args, "json", False):
         print(json.dumps(report, indent=1))
     else:
