@@ -43,7 +43,8 @@ def cmd_data(args) -> int:
         print(f"cse-kit: data directory {root} does not exist (misspelt --data-dir or $CSE_KIT_DATA?). {fill}.",
               file=sys.stderr)
         return 1
-    report = data.status(args.data_dir, getattr(args, "names", None) or None)
+    named = getattr(args, "names", None) or None
+    report = data.status(args.data_dir, named)
     if not any(r["present"] for r in report["datasets"].values()):
         print(f"cse-kit: data directory {root} holds none of the {len(report['datasets'])} datasets asked for. "
               f"{fill}.", file=sys.stderr)
@@ -53,6 +54,12 @@ def cmd_data(args) -> int:
     else:
         print(f"data directory: {data.resolve_data_dir(args.data_dir)}")
         _print_status(report)
+    # a named dataset must be there and verified; without names, every dataset that is there must be verified
+    bad = [n for n, r in report["datasets"].items() if not r["verified"] and (named or r["present"])]
+    if bad:
+        print(f"cse-kit: not verified: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an intact copy, "
+              f"or `cse-kit data download {' '.join(bad)}`", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,8 +1,8 @@
 """The data layer: a registry of every dataset the papers use, loaders into typed records, download/import/verify."""
 
-from .fetch import download, import_path, status, verify
+from .fetch import ImportRefused, download, import_path, status, verify
 from .loaders import (
-    DataError, LabelledPair, LabelledSentence, MissingDatasetError, NliTriplet, StsPair, count_records,
+    ALLOW_UNVERIFIED_ENV, DataError, UnverifiedDataError, allow_unverified, unverified_reads, LabelledPair, LabelledSentence, MissingDatasetError, NliTriplet, StsPair, count_records,
     load_classification, load_corpus, load_nli_triplets, load_snli, load_sts, snli_triplets,
 )
 from .registry import (
@@ -10,6 +10,7 @@ from .registry import (
 )
 
 __all__ = [
+    "ALLOW_UNVERIFIED_ENV", "ImportRefused", "UnverifiedDataError", "allow_unverified", "unverified_reads",
     "DataError", "DatasetSpec", "EVALUATION_SETS", "LabelledPair", "LabelledSentence", "MissingDatasetError",
     "NliTriplet", "REGISTRY", "STS_TASKS", "StsPair", "TRANSFER_TASKS", "count_records", "default_data_dir",
     "download", "import_path", "load_classification", "load_corpus", "load_nli_triplets", "load_snli", "load_sts",
