@@ -11,7 +11,6 @@ import csv
 import hashlib
 import json
 import os
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,9 @@ class DataError(ValueError):
 
 
 class MissingDatasetError(DataError, FileNotFoundError):
-    pass
+    def __init__(self, message: str, *, dataset: str | None = None, root: Path | None = None, fix: str = ""):
+        super().__init__(message)
+        self.dataset, self.root, self.fix = dataset, root, fix
 
 
 class UnverifiedDataError(DataError):
@@ -195,25 +196,16 @@ def downloads_allowed() -> bool:
 
 
 def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
-    """The folder holding the dataset's files, downloading a missing dataset on first use (progress bar, checksum,
-    atomic placement) where downloads are allowed; else MissingDatasetError naming the command that fixes it."""
+    """The folder holding the dataset's files, verified; MissingDatasetError (naming the command that fixes it) when
+    they are not there. The public loaders of `cse_kit.data` download a missing dataset on first use."""
     root = resolve_data_dir(data_dir)
     missing = [p for p in ds.paths(root) if not p.is_file()]
     if missing:
         fix = (f"Fix: `cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with a local "
                f"archive{'' if data_dir is None else f', adding --data-dir {root}'}.")
-        if not downloads_allowed():
-            raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}) and downloads are "
-                                      f"off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE). {fix}")
-        from .fetch import download
-
-        print(f"dataset {ds.name} is missing from {root}: downloading it once (set CSE_KIT_OFFLINE=1 to stop this)",
-              file=sys.stderr)
-        try:
-            download([ds.name], root)
-        except DataError as err:
-            raise MissingDatasetError(f"dataset {ds.name} is missing from {root} and could not be downloaded "
-                                      f"({err}). {fix}") from None
+        off = "" if downloads_allowed() else " and downloads are off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE)"
+        raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}){off}. {fix}",
+                                  dataset=ds.name, root=root, fix=fix)
     _check_dataset(ds, root)
     return root / ds.group
 
