@@ -18,8 +18,7 @@ import pandas as pd
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 from .io import write_json_atomic  # noqa: E402
-from .paper import paper_table  # noqa: E402
-from .papers import paper_key  # noqa: E402
+from .paper import paper_key, paper_table  # noqa: E402
 from .results import Pretrained, ResultStore  # noqa: E402
 from .train.presets import PROFILES, ProfileUnavailable, build_config
 
