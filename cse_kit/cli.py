@@ -157,6 +157,14 @@ def cmd_report(args) -> int:
 
     if args.list:
         return cmd_status(args)
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
+        import os
+
+        from .parallel import CLUSTER_ENV, WORKERS_ENV
+
+        os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
     index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
@@ -264,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--list", action="store_true", help="print the coverage matrix and execute nothing (= cse-kit status)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
+                        "jobs with --cluster slurm; the results store's locks keep any run from being trained twice")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
+                   help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
+                        "e.g. '{\"slurm_partition\": \"gpu\"}'")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("status", help="the coverage matrix of the four papers' tables and figures (executes nothing)")

@@ -189,6 +189,16 @@ class ResultStore:
     def run_dir(self, key: str) -> Path:
         return self.root / "runs" / key
 
+    def has(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> bool:
+        """Whether subject's record is finished with every evaluation in evals (read only: no lock, nothing moved)."""
+        key = self.key(subject)
+        try:
+            record = json.loads(self.record_path(key).read_text())
+            check_record(record, key)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, CorruptRecord):
+            return False
+        return all(e in record["metrics"] for e in evals)
+
     def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
         """The record of subject with every evaluation in evals: reused where finished, computed where not."""
         unknown = [e for e in evals if e not in EVALUATIONS]
