@@ -49,12 +49,15 @@ def decimals_like(x: float) -> int | None:
 def fmt_ours(mean: float, std: float, n: int) -> str:
     if n == 0 or math.isnan(mean):
         return "not run"
+    if mean != 0 and abs(mean) < 1e-3:  # e.g. a collapsed smoke model's alignment: scientific, not 0.00000580
+        return f"{mean:.2e} ± {std:.1e}" if n > 1 else f"{mean:.2e} (n=1)"
     d = decimals_like(mean)
     return f"{mean:.{d}f} ± {std:.{d}f}" if n > 1 else f"{mean:.{d}f} (n=1)"
 
 
 def fmt_diff(diff: float, mean: float) -> str:
-    return "" if math.isnan(diff) else f"{diff:+.{decimals_like(mean)}f}"
+    """Δ with its mean's precision, at most 4 decimals (a tiny mean far from the paper's value)."""
+    return "" if math.isnan(diff) else f"{diff:+.{min(4, decimals_like(mean))}f}"
 
 
 def _cell_html(line) -> str:

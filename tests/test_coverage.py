@@ -53,3 +53,17 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
     assert "Figure 1   schematic" in out and "\nSCD\n" in out and "\nDiffAug\n" in out
     assert cli.main(["report", "--list", "--profile", "smoke", "--results-dir", str(tmp_path), "--paper", "scd"]) == 0
     assert "DiffCSE" not in capsys.readouterr().out
+
+
+def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_notebooks_reproduce():
+    from cse_kit.paper import paper_table
+    from cse_kit.papers import notebooks, paper_module
+
+    for key in PAPERS:
+        module = paper_module(key)
+        reproduced = {a for artefacts_of in notebooks(key).values() for a in artefacts_of}
+        for artefact, (row, column) in getattr(module, "HEADLINES", {}).items():
+            assert artefact in reproduced, (key, artefact)
+            table = paper_table(artefact.removeprefix("Table "), paper=key)
+            # sweeps (Tables 7, 8) are printed transposed: the notebook's row is the paper's column
+            assert {row, column} <= set(table.index) | set(table.columns), (key, artefact, row, column)

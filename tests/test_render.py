@@ -15,6 +15,12 @@ def test_numbers_are_formatted_by_their_kind(value, shown):
     assert render.fmt_number(value) == shown
 
 
+def test_a_tiny_mean_is_shown_in_scientific_notation_and_its_delta_with_four_decimals():
+    assert render.fmt_ours(5.8e-6, 1e-8, 2) == "5.80e-06 ± 1.0e-08"
+    assert render.fmt_diff(5.8e-6 - 0.097, 5.8e-6) == "-0.0970"
+    assert render.fmt_ours(0.0963, 0.0011, 3) == "0.0963 ± 0.0011"
+
+
 def _line(column, paper, mean, n=2, std=0.1, **extra):
     return {"row": "r", "column": column, "paper": paper, "mean": mean, "std": std, "n": n, "diff": mean - paper,
             "reason": "", **extra}

@@ -16,6 +16,9 @@ from .released import released_row
 #: notebook -> the SCD artefacts it reproduces, in the paper's order (Figure 1 is a schematic)
 NOTEBOOKS = {"scd_table1_sts": ["Table 1"], "scd_table2_transfer": ["Table 2"],
              "scd_table3_ablation": ["Table 3"], "scd_figure2_alignment": ["Figure 2"]}
+#: artefact -> the (row, column) of its notebook's comparison the report's coverage matrix quotes
+HEADLINES = {"Table 1": ("SCD-BERT-base", "Avg."), "Table 2": ("SCD-BERT-base", "Avg."),
+             "Table 3": ("SCD (L_S + L_C)", "STS-B")}
 
 BACKBONE_LABELS = {"bert": "BERT-base", "roberta": "RoBERTa-base"}
 #: the SCD recipes a notebook can train (`recipe` parameter): preset suffix per recipe; the official ones are BERT's
