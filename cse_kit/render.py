@@ -49,12 +49,12 @@ def decimals_like(x: float) -> int | None:
 def fmt_ours(mean: float, std: float, n: int) -> str:
     if n == 0 or math.isnan(mean):
         return "not run"
-    if float(mean).is_integer() and (n == 1 or std == 0):  # a count or a setting (batch size 64, not 64.00)
-        return f"{mean:.0f} (n=1)" if n == 1 else f"{mean:.0f} ± 0"
+    if n == 1:  # one value, e.g. a setting: as the paper prints its numbers (64, 0.005, 7e-06)
+        return f"{fmt_number(mean)} (n=1)"
     if mean != 0 and abs(mean) < 1e-3:  # e.g. a collapsed smoke model's alignment: scientific, not 0.00000580
-        return f"{mean:.2e} ± {std:.1e}" if n > 1 else f"{mean:.2e} (n=1)"
+        return f"{mean:.2e} ± {std:.1e}"
     d = decimals_like(mean)
-    return f"{mean:.{d}f} ± {std:.{d}f}" if n > 1 else f"{mean:.{d}f} (n=1)"
+    return f"{mean:.{d}f} ± {std:.{d}f}"
 
 
 def fmt_diff(diff: float, mean: float) -> str:

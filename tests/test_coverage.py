@@ -48,7 +48,7 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
     (tmp_path / "tables" / "table7_mask_ratio.json").write_text(json.dumps(other))
     assert cli.main(["status", "--profile", "smoke", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Table 8    reproduced" in out and "paper 84.56 | ours 70.00 (n=1)" in out
+    assert "Table 8    reproduced" in out and "paper 84.56 | ours 70 (n=1)" in out
     assert "Table 7    not built" in out  # saved for another profile only
     assert "Figure 1   schematic" in out and "\nSCD\n" in out and "\nDiffAug\n" in out
     assert cli.main(["report", "--list", "--profile", "smoke", "--results-dir", str(tmp_path), "--paper", "scd"]) == 0

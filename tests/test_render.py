@@ -104,5 +104,5 @@ def test_rows_with_other_columns_get_their_own_table_and_settings_show_as_intege
     page = render.paper_layout_html(pd.DataFrame(lines), "Tables 12-14")
     assert page.count("<table") == 2 and page.count("<caption>") == 1
     first, second = page.split("</table>")[:2]
-    assert "batch size" in first and "BERT-base</th>" not in first and "14: DiffCSE (train)" in second
+    assert "batch size" in first and "<th>BERT-base</th>" not in first and "14: DiffCSE (train)" in second
     assert "<b>64 (n=1)</b>" in first and "<b>0.005 (n=1)</b>" in first
