@@ -17,10 +17,11 @@ import pandas as pd
 # tqdm.auto, imported by the libraries below, warns in a kernel without ipywidgets; the kit's bars are plain tqdm
 warnings.filterwarnings("ignore", message="IProgress not found")
 
+from . import parallel  # noqa: E402
 from .io import write_json_atomic  # noqa: E402
-from .paper import paper_table  # noqa: E402
+from .paper import paper_key, paper_table  # noqa: E402
 from .results import Pretrained, ResultStore  # noqa: E402
-from .train.presets import GENERATORS, PROFILES, ProfileUnavailable, build_config
+from .train.presets import PROFILES, ProfileUnavailable, build_config
 
 #: What each profile's numbers are, printed at the top of every notebook and shown in the report.
 PROFILE_NOTES = {
@@ -57,21 +58,6 @@ def sweep(values: list, single, name: str) -> list:
     return chosen
 
 
-def check_lams(lams: list) -> None:
-    bad = [x for x in lams if not isinstance(x, (int, float)) or x < 0]
-    check(not bad, f"λ must be a number >= 0 (0 is SimCSE with the BatchNorm projector); got {bad}")
-
-
-def check_mask_ratios(ratios: list) -> None:
-    bad = [x for x in ratios if not isinstance(x, (int, float)) or not 0 < x < 1]
-    check(not bad, f"masking ratios must lie in (0, 1), e.g. 0.3 for 30%; got {bad}")
-
-
-def check_generators(names: list) -> None:
-    bad = [g for g in names if g not in GENERATORS]
-    check(not bad, f"unknown generator(s) {bad}; choose from {', '.join(GENERATORS)}")
-
-
 def _quiet() -> None:
     """Checkpoint load reports and save progress bars of every run would drown the notebook's own output."""
     import logging
@@ -88,9 +74,45 @@ class Setup:
     profile: str
     seeds: list[int]
     store: ResultStore
+    workers: int = 1  # parallel workers for a table's pending runs (CSE_KIT_WORKERS; cse_kit.parallel)
+    cluster: str = "local"
 
     def describe(self) -> str:
-        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}"
+        workers = f"; {self.workers} workers ({self.cluster})" if self.workers > 1 else ""
+        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}{workers}"
+
+
+def _assigned_names(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def refuse_unknown_parameters() -> None:
+    """papermill injects every `-p name value` as a cell right after the tagged `parameters` cell, whatever the
+    name, so a misspelt one (`-p lamda 0.1`) would leave the default sweep to run. The kernel's input history holds
+    both cells: a name the injected cell sets that the parameters cell does not declare is refused."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    cells = list(shell.user_ns.get("In", [])) if shell is not None else []
+    injected = [i for i, cell in enumerate(cells) if i > 0 and cell.lstrip().startswith("# Parameters")]
+    if not injected:
+        return
+    declared = _assigned_names(cells[injected[-1] - 1])
+    unknown = sorted(_assigned_names(cells[injected[-1]]) - declared)
+    check(not unknown, f"unknown notebook parameter(s) {unknown}; this notebook takes: {', '.join(sorted(declared))} "
+                       "(`papermill --help-notebook NOTEBOOK` lists them with their help)")
 
 
 def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", results_dir: str = "",
@@ -98,12 +120,17 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     """The first cell's call: resolves the profile and the seeds (the profile's default when empty) and opens the
     results store. Prints the profile, which every number is recorded with."""
     _quiet()
+    refuse_unknown_parameters()
     profile = resolve_profile(profile)
     seeds = list(seeds) if seeds else list(PROFILES[profile]["report"]["seeds"])
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
-    out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force))
+    out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force), *parallel.settings())
     print(out.describe())
     return out
+
+
+#: appended to a paper row's label for the row that evaluates the authors' released checkpoint of that row
+RELEASED_SUFFIX = " (released checkpoint)"
 
 
 @dataclass
@@ -134,9 +161,24 @@ def row_records(row: Row, s: Setup, evals: tuple) -> list[dict]:
     return [s.store.get(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
 
 
+def _compute_in_parallel(rows: list[Row], s: Setup, evals: tuple) -> None:
+    """With workers, the rows' pending runs are computed by them first; the caller then only reads records.
+    (Not under force: recomputing "once" is a promise of one process.)"""
+    if s.workers <= 1 or s.store.force:
+        return
+    tasks = []
+    for row in rows:
+        try:
+            tasks += [(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
+        except ProfileUnavailable:
+            continue
+    parallel.compute_all(s.store, tasks, s.workers, s.cluster)
+
+
 def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
     """Long table: one line per (row, seed) with status, reason and the columns metrics(record) returns.
     Pretrained rows are deterministic and run once. Rows the profile cannot run are kept, marked `not run`."""
+    _compute_in_parallel(rows, s, evals)
     lines = []
     for row in rows:
         try:
@@ -151,6 +193,7 @@ def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
 
 def records(rows: list[Row], s: Setup, evals: tuple) -> dict[str, list[dict]]:
     """label -> the records of its seeds (rows the profile cannot run are left out; run_rows reports them)."""
+    _compute_in_parallel(rows, s, evals)
     out = {}
     for row in rows:
         try:
@@ -203,19 +246,22 @@ def transfer_eval(profile: str) -> str:
 
 
 # --- paper vs reproduced ------------------------------------------------------------------------------------------
-def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None) -> pd.DataFrame:
-    """One line per (row, column): the paper's value, mean ± std over seeds, n, and the difference.
+def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None, paper: str = "diffcse") -> pd.DataFrame:
+    """One line per (row, column): the paper's value (`paper`'s Table `table`), mean ± std over seeds, n, and the
+    difference.
     cell(row, column) -> (paper row, paper column) says where the paper's value is (default: the same labels;
-    sweeps such as Table 8 put our rows in the paper's columns). Cells the paper lacks show NaN."""
-    paper = paper_table(table)
-    cell = cell or (lambda row, column: (row, column))
+    sweeps such as Table 8 put our rows in the paper's columns; a released checkpoint's row is compared with the row it
+    stands for). Cells the paper lacks show NaN."""
+    published = paper_table(table, paper)
+    cell = cell or (lambda row, column: (row.removesuffix(RELEASED_SUFFIX), column))
     out = []
     for label, group in long.groupby("row", sort=False):
         ok = group[group.status == "ok"]
         for col in columns:
             values = ok[col].dropna().to_numpy(float) if col in ok else np.array([])
             prow, pcol = cell(label, col)
-            ref = float(paper.loc[prow, pcol]) if prow in paper.index and pcol in paper.columns else math.nan
+            ref = (float(published.loc[prow, pcol]) if prow in published.index and pcol in published.columns
+                   and published.loc[prow, pcol] is not None else math.nan)
             mean = float(values.mean()) if len(values) else math.nan
             out.append({"row": label, "column": col, "paper": ref, "mean": mean,
                         "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
@@ -228,45 +274,24 @@ def sweep_cell(paper_row: str):
     return lambda row, column: (paper_row, row)
 
 
-def fmt_mean_std(mean: float, std: float, n: int, digits: int = 2) -> str:
-    if n == 0 or math.isnan(mean):
-        return "not run"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}" if n > 1 else f"{mean:.{digits}f} (n=1)"
+def show(comparison: pd.DataFrame, caption: str, tolerance: float | None = None):
+    """The comparison in the paper's layout, each cell the paper's number, ours and Δ, Δ coloured by the metric's tolerance
+    (`tolerance` overrides it for every cell, e.g. 0 for hyper-parameters that must match exactly)."""
+    from .render import Shown
 
-
-def wide(comparison: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
-    """Paper-style layout: one line per row, each column showing `paper | ours mean ± std (Δ)`."""
-    cells = comparison.assign(cell=[
-        (f"{r.paper:.{digits}f} | " if not math.isnan(r.paper) else "— | ")
-        + fmt_mean_std(r.mean, r.std, r.n, digits) + (f" ({r.diff:+.{digits}f})" if not math.isnan(r.diff) else "")
-        for r in comparison.itertuples()])
-    return cells.pivot(index="row", columns="column", values="cell").reindex(
-        index=list(dict.fromkeys(comparison.row)), columns=list(dict.fromkeys(comparison.column)))
-
-
-def style(comparison: pd.DataFrame, caption: str, tolerance: float = 1.0, digits: int = 2):
-    """The comparison as a pandas Styler, Δ green within `tolerance` of the paper and red beyond."""
-    shown = comparison.assign(ours=[fmt_mean_std(m, s, n, digits) for m, s, n in
-                                    zip(comparison["mean"], comparison["std"], comparison["n"])])
-    shown = shown[["row", "column", "paper", "ours", "n", "diff", "reason"]].reset_index(drop=True)
-
-    def colour(v):
-        if isinstance(v, float) and not math.isnan(v):
-            return f"color: {'#1a7f37' if abs(v) <= tolerance else '#cf222e'}; font-weight: bold"
-        return ""
-
-    return (shown.style.format({"paper": f"{{:.{digits}f}}", "diff": f"{{:+.{digits}f}}"}, na_rep="—")
-            .map(colour, subset=["diff"]).hide(axis="index").set_caption(caption))
+    if tolerance is not None:
+        comparison = comparison.assign(tolerance=tolerance)
+    return Shown(comparison, caption)
 
 
 def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),
-               extra: dict | None = None) -> Path:
-    """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the
-    comparison, the figures as PNG data URIs, notes, the profile and seeds."""
+               extra: dict | None = None, paper: str = "diffcse") -> Path:
+    """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the paper,
+    the comparison, the figures as PNG data URIs, notes, the profile and seeds."""
     from .environment import describe
     from .plots import to_data_uri
 
-    table = {"name": name, "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
+    table = {"name": name, "paper": paper_key(paper), "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
              "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
              "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
              "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}

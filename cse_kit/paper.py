@@ -1,5 +1,6 @@
-"""The papers' published numbers, as data (cse_kit/paper_values.json, transcribed from papers.md §5), each with
-the table, row and column it comes from."""
+"""The papers' published numbers, as data: one JSON per paper under cse_kit/papers/values/ (transcribed from
+papers.md §5 with the papers' provenance marks and the known inconsistencies as notes), each number addressed by
+paper, table, row and column."""
 
 from __future__ import annotations
 
@@ -9,43 +10,58 @@ from pathlib import Path
 
 import pandas as pd
 
-VALUES_FILE = Path(__file__).with_name("paper_values.json")
+VALUES_DIR = Path(__file__).with_name("papers") / "values"
+#: key -> the paper's name, in the order the report shows them (DiffCSE, the primary paper, first)
+PAPERS = {"diffcse": "DiffCSE", "scd": "SCD", "esimcse": "ESimCSE", "diffaug": "DiffAug"}
 
 
-@lru_cache(maxsize=1)
-def _values() -> dict:
-    return json.loads(VALUES_FILE.read_text(encoding="utf-8"))
+def paper_key(paper: str) -> str:
+    """`scd`, `SCD` -> `scd`; an unknown paper names the known ones."""
+    key = paper.lower()
+    if key not in PAPERS:
+        raise KeyError(f"unknown paper {paper!r}; choose one of: {', '.join(PAPERS)}")
+    return key
 
 
-def paper_tables(paper: str = "DiffCSE") -> dict:
-    try:
-        return _values()[paper]["tables"]
-    except KeyError:
-        raise KeyError(f"no published numbers for paper {paper!r}; known: {', '.join(_values())}") from None
+@lru_cache(maxsize=None)
+def paper_spec(paper: str = "diffcse") -> dict:
+    """Everything published for one paper: title, marks, artefacts, tables, figures, examples."""
+    key = paper_key(paper)
+    return json.loads((VALUES_DIR / f"{key}.json").read_text(encoding="utf-8"))
 
 
-def paper_table(table: int | str, paper: str = "DiffCSE") -> pd.DataFrame:
+def paper_tables(paper: str = "diffcse") -> dict:
+    return paper_spec(paper)["tables"]
+
+
+def paper_table(table: int | str, paper: str = "diffcse") -> pd.DataFrame:
     """One table as a DataFrame: the paper's row labels as index, its column labels as columns."""
     tables = paper_tables(paper)
     if str(table) not in tables:
-        raise KeyError(f"{paper} Table {table} holds no numbers in paper_values.json; tables: {', '.join(tables)}")
+        raise KeyError(f"{PAPERS[paper_key(paper)]} Table {table} holds no numbers in "
+                       f"{VALUES_DIR / (paper_key(paper) + '.json')}; tables: {', '.join(tables)}")
     spec = tables[str(table)]
     return pd.DataFrame.from_dict(spec["rows"], orient="index", columns=spec["columns"])
 
 
-def paper_value(table: int | str, row: str, column: str, paper: str = "DiffCSE") -> float:
+def paper_value(table: int | str, row: str, column: str, paper: str = "diffcse") -> float:
     frame = paper_table(table, paper)
     if row not in frame.index or column not in frame.columns:
-        raise KeyError(f"{paper} Table {table} has no cell ({row!r}, {column!r}); rows: {list(frame.index)}, "
-                       f"columns: {list(frame.columns)}")
+        raise KeyError(f"{PAPERS[paper_key(paper)]} Table {table} has no cell ({row!r}, {column!r}); rows: "
+                       f"{list(frame.index)}, columns: {list(frame.columns)}")
     return float(frame.loc[row, column])
 
 
-def paper_title(table: int | str, paper: str = "DiffCSE") -> str:
+def paper_title(table: int | str, paper: str = "diffcse") -> str:
     spec = paper_tables(paper)[str(table)]
-    return f"{paper} Table {table}: {spec['title']} ({spec['metric']})"
+    return f"{PAPERS[paper_key(paper)]} Table {table}: {spec['title']} ({spec['metric']})"
 
 
-def paper_examples(table: int | str, paper: str = "DiffCSE") -> dict:
+def paper_examples(table: int | str, paper: str = "diffcse") -> dict:
     """Non-numeric tables (DiffCSE Table 9: queries and the sentences each model retrieved)."""
-    return _values()[paper]["examples"][str(table)]
+    return paper_spec(paper)["examples"][str(table)]
+
+
+def artefacts(paper: str) -> list[dict]:
+    """Every table and figure of the paper in its order: {"id", "kind", "title", "data"} (data=False: schematic)."""
+    return paper_spec(paper).get("artefacts", [])

@@ -15,23 +15,37 @@ OURS_STYLE = {"color": "#0b6fbf", "marker": "o", "capsize": 4, "label": "reprodu
 
 
 def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool = False):
-    """One metric over a swept value: our mean ± std per value with the paper's points (two y-axes when the
-    profile's scale differs from the paper's, e.g. MiniLM on cpu)."""
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    """One metric over a swept value: our mean ± std per value beside the paper's points. On one y-axis when both
+    share a scale; when they cannot (a cpu/smoke profile far from the paper's numbers) two panels, each with its own
+    axis and labelled as such, never two auto-scaled axes on one frame."""
     x = np.arange(len(comparison))
     ours = comparison["mean"].to_numpy(float)
-    ax.errorbar(x, ours, yerr=np.nan_to_num(comparison["std"].to_numpy(float)), **OURS_STYLE)
-    paper_ax = ax
-    if np.isfinite(ours).any() and abs(np.nanmean(ours) - comparison["paper"].mean()) > 5:
-        paper_ax = ax.twinx()
-        paper_ax.set_ylabel("paper", color=PAPER_STYLE["color"])
-    paper_ax.plot(x, comparison["paper"], **PAPER_STYLE)
-    ax.set_xticks(x, comparison["row"], rotation=30 if rotate_labels else 0)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(comparison["column"].iloc[0])
-    ax.set_title(title)
-    handles = [h for a in {ax, paper_ax} for h in a.get_legend_handles_labels()[0]]
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    paper = comparison["paper"].to_numpy(float)
+    apart = np.isfinite(ours).any() and abs(np.nanmean(ours) - np.nanmean(paper)) > 5
+    fig, axes = plt.subplots(1, 2 if apart else 1, figsize=(10 if apart else 6, 3.6), squeeze=False)
+    ours_ax, paper_ax = (axes[0][1], axes[0][0]) if apart else (axes[0][0], axes[0][0])
+    paper_ax.plot(x, paper, **PAPER_STYLE)
+    ours_ax.errorbar(x, ours, yerr=np.nan_to_num(comparison["std"].to_numpy(float)), **OURS_STYLE)
+    column = comparison["column"].iloc[0]
+    for ax in {ours_ax, paper_ax}:
+        ax.set_xticks(x, comparison["row"], rotation=30 if rotate_labels else 0)
+        ax.set_xlabel(xlabel)
+        ax.legend(loc="best", fontsize=8)
+    if apart:  # the same span of points on both panels, so a flat curve looks flat beside the paper's
+        std = np.nan_to_num(comparison["std"].to_numpy(float))
+        lows, highs = (np.nanmin(paper), np.nanmin(ours - std)), (np.nanmax(paper), np.nanmax(ours + std))
+        span = 1.2 * max(highs[0] - lows[0], highs[1] - lows[1], 0.5)
+        for ax, low, high in ((paper_ax, lows[0], highs[0]), (ours_ax, lows[1], highs[1])):
+            centre = (low + high) / 2
+            ax.set_ylim(centre - span / 2, centre + span / 2)
+        paper_ax.set_ylabel(f"{column} (paper)")
+        ours_ax.set_ylabel(f"{column} (reproduced, this profile)")
+        paper_ax.set_title("paper")
+        ours_ax.set_title("reproduced (other level, same span of points)")
+        fig.suptitle(title)
+    else:
+        ours_ax.set_ylabel(column)
+        ours_ax.set_title(title)
     fig.tight_layout()
     return fig
 
@@ -47,7 +61,7 @@ def bars(comparison: pd.DataFrame, column: str, title: str):
     ax.set_xticks(x, part["row"], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel(column)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over one
     fig.tight_layout()
     return fig
 
@@ -69,19 +83,38 @@ def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of
     return fig
 
 
+def _label_points(ax, ours: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]]) -> None:
+    """Labels of (x, y) points. They fan out in turn (up, down, further up ...) so points close together do not print
+    over each other, and a point in the right half is labelled to its left so its label stays inside the axes."""
+    labelled = [(label, xy, OURS_STYLE["color"]) for label, xy in ours.items()]
+    labelled += [(f"{label} (paper)", xy, PAPER_STYLE["color"]) for label, xy in paper.items()]
+    xs = [x for _, (x, _), _ in labelled]
+    middle = (min(xs) + max(xs)) / 2 if xs else 0.0
+    fan = [6, -10, 18, -22, 30, -34]  # 12 points apart: more than a line of 8-point text
+    for i, (label, (x, y), colour) in enumerate(labelled):
+        left = x > middle
+        ax.annotate(label, (x, y), fontsize=8, color=colour, xytext=(-6 if left else 6, fan[i % len(fan)]),
+                    textcoords="offset points", ha="right" if left else "left",
+                    arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+
+
+def _alignment_axes(ax, title: str) -> None:
+    ax.margins(0.25)
+    ax.set_xlabel("uniformity (lower is better)")
+    ax.set_ylabel("alignment (lower is better)")
+    ax.set_title(title)
+
+
 def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]] | None = None):
     """DiffCSE Table 11 as Wang & Isola's plane: alignment against uniformity, lower-left is better."""
     fig, ax = plt.subplots(figsize=(5, 4))
-    for label, (a, u) in points.items():
+    paper = paper or {}
+    for (a, u) in points.values():
         ax.scatter(u, a, color=OURS_STYLE["color"])
-        ax.annotate(label, (u, a), fontsize=8, xytext=(4, 4), textcoords="offset points")
-    for label, (a, u) in (paper or {}).items():
+    for (a, u) in paper.values():
         ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
-        ax.annotate(f"{label} (paper)", (u, a), fontsize=8, color=PAPER_STYLE["color"], xytext=(4, -10),
-                    textcoords="offset points")
-    ax.set_xlabel("uniformity (lower is better)")
-    ax.set_ylabel("alignment (lower is better)")
-    ax.set_title("Alignment and uniformity, STS-B test")
+    _label_points(ax, {k: (u, a) for k, (a, u) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
+    _alignment_axes(ax, "Alignment and uniformity, STS-B test")
     fig.tight_layout()
     return fig
 
@@ -91,3 +124,21 @@ def to_data_uri(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def align_uniform_sts(points: dict[str, tuple[float, float, float]], paper: dict[str, tuple[float, float]] | None = None,
+                      title: str = "Alignment vs uniformity"):
+    """SCD Figure 2: uniformity (x) against alignment (y), each model coloured by its average STS; the paper's
+    points (alignment, uniformity) as squares."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    paper = paper or {}
+    if points:
+        a, u, sts = zip(*points.values())
+        dots = ax.scatter(u, a, c=sts, cmap="coolwarm", s=60)
+        fig.colorbar(dots, ax=ax, label="average STS (ours)")
+    for (a, u) in paper.values():
+        ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
+    _label_points(ax, {k: (u, a) for k, (a, u, _) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
+    _alignment_axes(ax, title)
+    fig.tight_layout()
+    return fig

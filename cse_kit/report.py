@@ -1,12 +1,15 @@
-"""`cse-kit report`: execute (or reuse) every table notebook with papermill and build one self-contained page,
-reports/index.html: every table (paper vs reproduced, coloured difference, seeds, profile), the figures, the
-environment, and the executed notebooks. No script, style, font or image is fetched from anywhere."""
+"""`cse-kit report`: execute (or reuse) every paper's table notebooks with papermill and build one self-contained
+page, reports/index.html: a coverage matrix of every table and figure of the four papers (reproduced, not run on
+this profile, not implemented yet, schematic), then one section per paper with each table in its paper's layout
+(paper, ours mean ± std, Δ), the figures, the environment, and the executed notebooks. No script, style, font or
+image is fetched from anywhere."""
 
 from __future__ import annotations
 
 import hashlib
 import html
 import json
+import math
 import os
 import time
 from functools import lru_cache
@@ -14,15 +17,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from .experiments import TABLE_MIMETYPE, resolve_profile, style
+from .experiments import TABLE_MIMETYPE, resolve_profile
 from .io import write_json_atomic, write_text_atomic
-from .results import source_digest
+from .paper import artefacts, paper_spec
+from .papers import PAPERS, all_notebooks, paper_key, paper_module
+from .papers import notebooks as paper_notebooks
+from .render import fmt_number, fmt_ours, long_form_html, paper_layout_html
+from .results import default_results_dir, source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-#: The report's order: the paper's.
-NOTEBOOKS = ("table1_sts", "table2_transfer", "table5_batchnorm", "table6_generator", "table7_mask_ratio",
-             "table8_lambda", "table9_10_retrieval", "table11_alignment", "figure2_cosine", "table12_14_hparams")
+#: Every paper's notebooks, in the report's order (papers, then each paper's own order).
+NOTEBOOKS = tuple(all_notebooks())
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -47,6 +53,10 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     import papermill
 
     source = NOTEBOOK_DIR / f"{name}.ipynb"
+    unknown = sorted(set(params) - set(papermill.inspect_notebook(str(source))))
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {unknown}; it takes: "
+                         f"{', '.join(papermill.inspect_notebook(str(source)))}")
     out = executed_dir / f"{name}__{execution_key(source, params)}.ipynb"
     if out.is_file() and not force and not _failed(nbformat.read(out, as_version=4)):
         return {"name": name, "path": out, "status": "reused", "seconds": 0.0, "error": ""}
@@ -94,38 +104,158 @@ def notebook_html(nb) -> str:
 
 
 def table_html(table: dict, uid: str) -> str:
-    parts = [f"<h2 id='{uid}'>{html.escape(table['title'])}</h2>",
+    """One notebook's section: the comparison in the paper's layout (long form collapsed), notes, extra tables,
+    examples and figures."""
+    parts = [f"<h3 id='{uid}'>{html.escape(table['title'])}</h3>",
              f"<p class='meta'>profile <b>{html.escape(table['profile'])}</b>: {html.escape(table['profile_note'])}"
              f" &middot; seeds {html.escape(str(table['seeds']))}</p>"]
     if table["comparison"]:
         frame = pd.DataFrame(table["comparison"])
-        digits = 3 if frame["paper"].abs().max() < 10 else 2
-        parts.append(style(frame, "paper vs reproduced (mean ± std over seeds; Δ = reproduced − paper)",
-                           digits=digits).set_uuid(uid).to_html())
+        parts.append(paper_layout_html(frame, "paper vs reproduced"))
+        parts.append(f"<details><summary>long form (every row × column)</summary>{long_form_html(frame)}</details>")
     for note in table["notes"]:
         parts.append(f"<p class='note'>{html.escape(note)}</p>")
+    for caption, records in table.get("extra", {}).get("tables", {}).items():
+        parts.append(f"<div class='scroll'>{pd.DataFrame(records).to_html(index=False, border=0)}</div>"
+                     f"<p class='meta'>{html.escape(caption)}</p>")
     examples = table.get("extra", {}).get("examples")
     if examples:
-        parts.append(pd.DataFrame(examples).to_html(index=False, classes="examples", border=0))
+        parts.append(f"<div class='scroll'>{pd.DataFrame(examples).to_html(index=False, classes='examples', border=0)}"
+                     "</div>")
     parts += [f"<img alt='{html.escape(table['title'])}' src='{src}'>" for src in table["figures"]]
     return "\n".join(parts)
+
+
+# --- coverage: every artefact of every paper -------------------------------------------------------------------
+STATUS_STYLE = {"reproduced": "ok", "not run on this profile": "warn", "failed": "bad", "not built": "warn",
+                "not implemented yet": "todo", "schematic": "muted"}
+
+
+def _headline(table: dict, paper: str, artefact: str) -> str:
+    """`paper X | ours Y` for the artefact's headline cell (the paper module's HEADLINES), if it ran."""
+    module = paper_module(paper)
+    row_column = getattr(module, "HEADLINES", {}).get(artefact)
+    lines = [c for c in table.get("comparison", []) if row_column and (c["row"], c["column"]) == tuple(row_column)]
+    if not lines or not lines[0]["n"]:
+        return ""
+    line = lines[0]
+    mean, std = line["mean"], line["std"] if line["std"] is not None else math.nan
+    return (f"{line['row']}, {line['column']}: paper {fmt_number(line['paper'])} | ours "
+            f"{fmt_ours(mean, std, line['n'])}")
+
+
+def _status_of(table: dict | None, failed: str | None) -> tuple[str, str]:
+    if failed is not None:
+        return "failed", failed
+    if table is None:
+        return "not built", "no table from this notebook for the profile yet: run cse-kit report"
+    lines = table.get("comparison", [])
+    if lines and not any(line["n"] for line in lines):
+        reasons = sorted({line["reason"] for line in lines if line.get("reason")})
+        return "not run on this profile", "; ".join(reasons)
+    return "reproduced", ""
+
+
+def coverage(tables: dict[str, dict | None], failures: dict[str, str] | None = None,
+             papers: list[str] | None = None) -> list[dict]:
+    """One line per table and figure of every paper (schematic figures included, marked), with its status:
+    reproduced (profile, seeds, headline), not run on this profile (why), failed, not built, or not implemented yet.
+    tables: notebook -> its saved table (None: not executed); failures: notebook -> error."""
+    failures = failures or {}
+    lines = []
+    for key in papers or PAPERS:
+        by_artefact = {a: nb for nb, covered in paper_notebooks(key).items() for a in covered}
+        for art in artefacts(key):
+            line = {"paper": PAPERS[key], "key": key, "artefact": art["id"], "title": art["title"],
+                    "notebook": by_artefact.get(art["id"], ""), "profile": "", "seeds": "", "headline": ""}
+            if not art.get("data", True):
+                line.update(status="schematic", detail="a diagram: no data to reproduce")
+            elif not line["notebook"]:
+                line.update(status="not implemented yet", detail="no notebook reproduces it yet")
+            else:
+                table = tables.get(line["notebook"])
+                status, detail = _status_of(table, failures.get(line["notebook"]))
+                line.update(status=status, detail=detail)
+                if table is not None and status == "reproduced":
+                    line.update(profile=table["profile"], seeds=str(table["seeds"]),
+                                headline=_headline(table, key, art["id"]))
+            lines.append(line)
+    return lines
+
+
+def coverage_html(lines: list[dict]) -> str:
+    data = [line for line in lines if line["status"] != "schematic"]
+    counts = {s: sum(line["status"] == s for line in data) for s in STATUS_STYLE if s != "schematic"}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    rows = []
+    for line in lines:
+        nb = f"<a href='#{line['notebook']}'>{html.escape(line['notebook'])}</a>" if line["notebook"] else ""
+        rows.append(f"<tr class='{STATUS_STYLE[line['status']]}'><td>{html.escape(line['paper'])}</td>"
+                    f"<td>{html.escape(line['artefact'])}</td><td>{html.escape(line['title'])}</td>"
+                    f"<td class='status'>{html.escape(line['status'])}</td><td>{html.escape(line['profile'])}</td>"
+                    f"<td>{html.escape(line['seeds'])}</td><td>{html.escape(line['headline'] or line['detail'])}</td>"
+                    f"<td>{nb}</td></tr>")
+    return (f"<p class='meta'>{len(data)} data-bearing tables and figures: {summary}; schematic figures are listed "
+            "for completeness.</p><div class='scroll'><table class='coverage'><thead><tr><th>paper</th><th>artefact"
+            "</th><th>what</th><th>status</th><th>profile</th><th>seeds</th><th>headline (paper | ours) or reason"
+            f"</th><th>notebook</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def coverage_text(lines: list[dict]) -> str:
+    """The coverage matrix for a terminal (`cse-kit status`)."""
+    out, paper = [], None
+    for line in lines:
+        if line["paper"] != paper:
+            paper = line["paper"]
+            out.append(f"\n{paper}")
+        detail = line["headline"] or line["detail"]
+        where = f" [{line['profile']}, seeds {line['seeds']}]" if line["profile"] else ""
+        out.append(f"  {line['artefact']:<10} {line['status']:<24} {line['notebook']:<24}{where} {detail}".rstrip())
+    data = [line for line in lines if line["status"] != "schematic"]
+    out.append(f"\n{sum(line['status'] == 'reproduced' for line in data)} of {len(data)} data-bearing tables and "
+               "figures reproduced")
+    return "\n".join(out).lstrip("\n")
+
+
+def saved_tables(results_dir, profile: str) -> dict[str, dict]:
+    """The tables notebooks last saved in the results store for this profile (what `cse-kit status` reads)."""
+    root = (Path(results_dir) if results_dir else default_results_dir()) / "tables"
+    out = {}
+    for path in sorted(root.glob("*.json")):
+        try:
+            table = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(table, dict) and table.get("profile") == profile:
+            out[table.get("name", path.stem)] = table
+    return out
 
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cse-kit report ({profile})</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #1f2328; }}
+body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1320px; padding: 0 1em; color: #1f2328; }}
 table {{ border-collapse: collapse; margin: 0.5em 0 1em; font-size: 13px; }}
-th, td {{ border-bottom: 1px solid #d0d7de; padding: 3px 8px; text-align: left; }}
+th, td {{ border-bottom: 1px solid #d0d7de; padding: 3px 8px; text-align: left; vertical-align: top; }}
 caption {{ text-align: left; font-style: italic; padding-bottom: 4px; }}
+.scroll {{ overflow-x: auto; max-width: 100%; }}
 img {{ max-width: 100%; display: block; margin: 0.5em 0; }}
 .meta, .note {{ color: #57606a; font-size: 13px; }} .failed {{ color: #cf222e; }}
+.paper {{ color: #57606a; }} .notrun {{ color: #9a6700; }}
+table.paper-layout th.rowlabel {{ min-width: 10em; max-width: 16em; }}
+table.paper-layout td {{ white-space: nowrap; padding: 3px 6px; }}
+tr.ok td.status {{ color: #1a7f37; font-weight: bold; }} tr.warn td.status {{ color: #9a6700; font-weight: bold; }}
+tr.bad td.status {{ color: #cf222e; font-weight: bold; }} tr.todo td.status {{ color: #8250df; }}
+tr.muted td {{ color: #8c959f; }}
 details {{ margin: 0.3em 0; }} summary {{ cursor: pointer; }}
-nav a {{ margin-right: 1em; }}
+nav {{ display: flex; flex-wrap: wrap; gap: 0.3em 1em; font-size: 14px; }}
+nav.toc {{ margin-bottom: 1em; }}
 </style></head><body>
-<h1>cse-kit: DiffCSE reproduced ({profile} profile)</h1>
-<p class="meta">{profile_note}. Built {built}; {n_ok} of {n} notebooks ran; green Δ within 1 point of the paper.</p>
-<nav>{nav}</nav>
+<h1>cse-kit: four papers reproduced ({profile} profile)</h1>
+<p class="meta">{profile_note}. Built {built}; {n_ok} of {n} notebooks ran.</p>
+<nav><a href="#coverage">coverage</a>{paper_links}<a href="#environment">environment</a></nav>
+<h2 id="coverage">Coverage: every table and figure of the four papers</h2>
+{coverage}
 {sections}
 <h2 id="environment">Environment</h2>
 <pre>{environment}</pre>
@@ -135,44 +265,67 @@ nav a {{ margin-right: 1em; }}
 """
 
 
+def select(papers: list[str] | None = None, only: list[str] | None = None) -> list[str]:
+    """The notebooks a build runs: those of `papers` (all when None), narrowed to `only`."""
+    keys = [paper_key(p) for p in papers] if papers else list(PAPERS)
+    names = [name for name, key in all_notebooks().items() if key in keys]
+    if only:
+        unknown = [n for n in only if n not in NOTEBOOKS]
+        if unknown:
+            raise ValueError(f"unknown notebook(s) {unknown}; choose from {', '.join(NOTEBOOKS)}")
+        names = [n for n in names if n in only]
+    return names
+
+
 def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, force: bool = False,
-          only: list[str] | None = None, log=print) -> Path:
-    """Execute or reuse each notebook, then write out_dir/index.html. Returns its path."""
+          only: list[str] | None = None, log=print, papers: list[str] | None = None) -> Path:
+    """Execute or reuse each selected notebook, then write out_dir/index.html: the coverage matrix of every paper,
+    then one section per paper. Returns its path."""
     import nbformat
 
     from .experiments import PROFILE_NOTES
 
     profile = resolve_profile(profile)
     out_dir = Path(out_dir) if out_dir else ROOT / "reports"
-    names = list(only or NOTEBOOKS)
-    unknown = [n for n in names if n not in NOTEBOOKS]
-    if unknown:
-        raise ValueError(f"unknown notebook(s) {unknown}; choose from {', '.join(NOTEBOOKS)}")
+    names = select(papers, only)
     params = {"profile": profile, "results_dir": str(results_dir or ""), "data_dir": str(data_dir or "")}
     runs = []
     for name in names:
         run = execute(name, params, out_dir / "executed", force)
         log(f"{name}: {run['status']} ({run['seconds']:.0f} s){' ' + run['error'] if run['error'] else ''}")
         runs.append(run)
-    sections, appendix, nav, environment = [], [], [], None
+    tables, failures, appendix, environment = {}, {}, [], None
+    sections: dict[str, list[str]] = {}
     for run in runs:
         nb = nbformat.read(run["path"], as_version=4)
         table = table_of(nb)
-        nav.append(f"<a href='#{run['name']}'>{run['name']}</a>")
+        key = all_notebooks()[run["name"]]
         if run["status"] == "failed" or _failed(nb) or table is None:
-            sections.append(f"<h2 id='{run['name']}' class='failed'>{run['name']}: failed</h2>"
-                            f"<p class='failed'>{html.escape(run['error'] or 'the notebook produced no table')}; "
-                            f"see {html.escape(run['path'].name)}</p>")
+            failures[run["name"]] = run["error"] or "the notebook produced no table"
+            sections.setdefault(key, []).append(
+                f"<h3 id='{run['name']}' class='failed'>{run['name']}: failed</h3><p class='failed'>"
+                f"{html.escape(failures[run['name']])}; see {html.escape(run['path'].name)}</p>")
         else:
-            sections.append(table_html(table, run["name"]))
+            tables[run["name"]] = table
+            sections.setdefault(key, []).append(table_html(table, run["name"]))
             environment = environment or table["environment"]
         appendix.append(f"<details><summary>{run['name']} ({run['path'].name})</summary>{notebook_html(nb)}"
                         "</details>")
+    shown_papers = [paper_key(p) for p in papers] if papers else list(PAPERS)
+    lines = coverage(tables, failures, shown_papers)
+    paper_html = []
+    for key in shown_papers:
+        toc = "".join(f"<a href='#{name}'>{name}</a>" for name in names if all_notebooks()[name] == key)
+        body = "\n".join(sections.get(key, [])) or "<p class='note'>no notebook of this paper in this build</p>"
+        title = paper_spec(key).get("title", "")
+        heading = title if title.startswith(PAPERS[key]) else f"{PAPERS[key]}: {title}"
+        paper_html.append(f"<h2 id='paper-{key}'>{html.escape(heading)}</h2><nav class='toc'>{toc}</nav>{body}")
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
-                       n=len(runs), nav="".join(nav), sections="\n".join(sections),
+                       n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),
+                       coverage=coverage_html(lines), sections="\n".join(paper_html),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))
     index = write_text_atomic(out_dir / "index.html", page)
-    write_json_atomic(out_dir / "report.json", {"profile": profile, "runs": [
+    write_json_atomic(out_dir / "report.json", {"profile": profile, "coverage": lines, "runs": [
         {**r, "path": str(r["path"])} for r in runs]})
     return index

@@ -189,6 +189,16 @@ class ResultStore:
     def run_dir(self, key: str) -> Path:
         return self.root / "runs" / key
 
+    def has(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> bool:
+        """Whether subject's record is finished with every evaluation in evals (read only: no lock, nothing moved)."""
+        key = self.key(subject)
+        try:
+            record = json.loads(self.record_path(key).read_text())
+            check_record(record, key)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, CorruptRecord):
+            return False
+        return all(e in record["metrics"] for e in evals)
+
     def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
         """The record of subject with every evaluation in evals: reused where finished, computed where not."""
         unknown = [e for e in evals if e not in EVALUATIONS]
@@ -312,6 +322,14 @@ def _geometry(encoder, data_dir) -> dict:
             "nearest": {q: found for q, found in zip(queries, nearest(encoder, queries, pool))}}
 
 
-#: name -> fn(encoder, data_dir) -> metrics
+def _geometry_sts_filter(encoder, data_dir) -> dict:
+    from .eval.geometry import sts_filter_align_uniform
+
+    return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
+
+
+#: name -> fn(encoder, data_dir) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
+#: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions)
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
-               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry}
+               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry,
+               "geometry_sts_filter": _geometry_sts_filter}

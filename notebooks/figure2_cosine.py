@@ -30,10 +30,11 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
-rows = [r for r in tables.geometry_rows(s.profile) if r.preset]
+rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 
 # %%
 found = ex.records(rows, s, ("geometry",))
@@ -47,4 +48,4 @@ figure = plots.gold_bins(bins)
 
 # %%
 ex.save_table(s, "figure2_cosine", "Figure 2: cosine similarity by gold-score group", None, [figure],
-              ["mean cosine per group: " + means.to_json()], extra={"means": means.to_dict()})
+              extra={"tables": {"mean cosine similarity per gold-score group": means.reset_index().to_dict("records")}})

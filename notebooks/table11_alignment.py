@@ -30,16 +30,17 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 from cse_kit.paper import paper_table
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
-rows = tables.geometry_rows(s.profile)
+rows = diffcse.geometry_rows(s.profile)
 
 # %%
 long = ex.run_rows(rows, s, ("geometry", "sts_test"), ex.geometry_columns)
 comparison = ex.compare(long, 11, ["Alignment", "Uniformity", "STS"])
-display(ex.style(comparison, "Table 11: alignment, uniformity, STS, paper vs reproduced", digits=3))
+display(ex.show(comparison, "Table 11: alignment, uniformity, STS, paper vs reproduced"))
 
 # %%
 ours = long[long.status == "ok"].groupby("row", sort=False)[["Alignment", "Uniformity"]].mean()

@@ -29,7 +29,8 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, tables
+from cse_kit import experiments as ex
+from cse_kit.papers import diffcse
 from cse_kit.paper import paper_table
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
@@ -44,20 +45,19 @@ def side_by_side(table, ours):
 
 
 # %%
-hparams = pd.concat([side_by_side(12, tables.hyperparameter_rows("sts")).assign(table="12 (STS)"),
-                     side_by_side(13, tables.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
+hparams = pd.concat([side_by_side(12, diffcse.hyperparameter_rows("sts")).assign(table="12 (STS)"),
+                     side_by_side(13, diffcse.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
 hparams["row"] = hparams["table"] + ": " + hparams["row"]
 hparams = hparams.drop(columns="table")
-display(ex.style(hparams, "Tables 12-13: presets vs paper", tolerance=0.0, digits=6))
+display(ex.show(hparams, "Tables 12-13: presets vs paper", tolerance=0.0))
 
 # %%
-counts = tables.parameter_table(s.profile)
+counts = diffcse.parameter_table(s.profile)
 millions = {m: {b: (v / 1e6 if isinstance(v, int) else float("nan")) for b, v in per.items()} for m, per in counts.items()}
 table14 = side_by_side(14, millions)
 table14["reason"] = [counts[r.row][r.column] if isinstance(counts[r.row][r.column], str) else ""
                      for r in table14.itertuples()]
-display(ex.style(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0,
-                 digits=1))
+display(ex.show(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0))
 
 # %%
 ex.save_table(s, "table12_14_hparams", "Tables 12-14: hyper-parameters and parameter counts",

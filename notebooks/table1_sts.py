@@ -30,18 +30,18 @@ backbone: str = None  # run only this backbone, e.g. -p backbone bert; None runs
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 chosen = ex.sweep(backbones, backbone, "backbone")
-ex.check(set(chosen) <= set(tables.BACKBONE_LABELS), f"backbones are {list(tables.BACKBONE_LABELS)}, got {chosen}")
+ex.check(set(chosen) <= set(diffcse.BACKBONE_LABELS), f"backbones are {list(diffcse.BACKBONE_LABELS)}, got {chosen}")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
 columns = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg."]
-long = ex.run_rows(tables.table1_rows(chosen), s, ("sts_test",), ex.sts_test_columns)
+long = ex.run_rows(diffcse.table1_rows(chosen, s.profile), s, ("sts_test",), ex.sts_test_columns)
 comparison = ex.compare(long, 1, columns)
-display(ex.wide(comparison))
-display(ex.style(comparison, "Table 1: STS test Spearman, paper vs reproduced"))
+display(ex.show(comparison, "Table 1: STS test Spearman, paper vs reproduced"))
 
 # %%
 figure = plots.bars(comparison, "Avg.", "Table 1: average STS test")

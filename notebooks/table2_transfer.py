@@ -31,20 +31,20 @@ backbone: str = None  # run only this backbone; None runs both
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 chosen = ex.sweep(backbones, backbone, "backbone")
-ex.check(set(chosen) <= set(tables.BACKBONE_LABELS), f"backbones are {list(tables.BACKBONE_LABELS)}, got {chosen}")
+ex.check(set(chosen) <= set(diffcse.BACKBONE_LABELS), f"backbones are {list(diffcse.BACKBONE_LABELS)}, got {chosen}")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 evaluation = ex.transfer_eval(s.profile)
 print(f"transfer evaluation: {evaluation}")
 
 # %%
 columns = ["MR", "CR", "SUBJ", "MPQA", "SST", "TREC", "MRPC", "Avg."]
-long = ex.run_rows(tables.table2_rows(chosen), s, (evaluation,), ex.transfer_test_columns)
+long = ex.run_rows(diffcse.table2_rows(chosen, s.profile), s, (evaluation,), ex.transfer_test_columns)
 comparison = ex.compare(long, 2, columns)
-display(ex.wide(comparison))
-display(ex.style(comparison, f"Table 2: transfer test accuracy ({evaluation}), paper vs reproduced"))
+display(ex.show(comparison, f"Table 2: transfer test accuracy ({evaluation}), paper vs reproduced"))
 
 # %%
 figure = plots.bars(comparison, "Avg.", "Table 2: average transfer accuracy")

@@ -28,14 +28,15 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
-long = ex.run_rows(tables.table5_rows(), s, ("sts_dev", "transfer_dev"), ex.dev_columns)
+long = ex.run_rows(diffcse.table5_rows(), s, ("sts_dev", "transfer_dev"), ex.dev_columns)
 comparison = ex.compare(long, 5, ["STS-B", "Avg. transfer"])
-display(ex.style(comparison, "Table 5: BatchNorm on/off (dev), paper vs reproduced"))
+display(ex.show(comparison, "Table 5: BatchNorm on/off (dev), paper vs reproduced"))
 
 # %%
 figure = plots.bars(comparison, "STS-B", "Table 5: STS-B dev")

@@ -31,16 +31,17 @@ generator: str = None  # run only this generator, e.g. -p generator bert-tiny; N
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 chosen = ex.sweep(generators, generator, "generator")
-ex.check_generators(chosen)
+diffcse.check_generators(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
-long = ex.run_rows(tables.table6_rows(chosen, s.profile), s, ("sts_dev", "transfer_dev"), ex.dev_columns)
+long = ex.run_rows(diffcse.table6_rows(chosen, s.profile), s, ("sts_dev", "transfer_dev"), ex.dev_columns)
 comparison = ex.compare(long, 6, ["STS-B", "Avg. transfer"])
-display(ex.style(comparison, "Table 6: generator size (dev), paper vs reproduced"))
+display(ex.show(comparison, "Table 6: generator size (dev), paper vs reproduced"))
 
 # %%
 figure = plots.bars(comparison.dropna(subset=["mean"]), "STS-B", "Table 6: STS-B dev by generator")

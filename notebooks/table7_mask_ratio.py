@@ -30,16 +30,17 @@ mask_ratio: float = None  # run only this ratio, e.g. -p mask_ratio 0.3; None ru
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 chosen = ex.sweep(mask_ratios, mask_ratio, "masking ratio")
-ex.check_mask_ratios(chosen)
+diffcse.check_mask_ratios(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
-long = ex.run_rows(tables.table7_rows(chosen), s, ("sts_dev",), ex.dev_columns)
+long = ex.run_rows(diffcse.table7_rows(chosen), s, ("sts_dev",), ex.dev_columns)
 comparison = ex.compare(long, 7, ["STS-B"], ex.sweep_cell("STS-B"))
-display(ex.style(comparison, "Table 7: STS-B dev by masking ratio, paper vs reproduced"))
+display(ex.show(comparison, "Table 7: STS-B dev by masking ratio, paper vs reproduced"))
 
 # %%
 figure = plots.sweep(comparison, "masking ratio", "Table 7: STS-B dev by masking ratio")

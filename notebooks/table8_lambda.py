@@ -30,16 +30,17 @@ lam: float = None  # run only this λ, e.g. papermill -p lam 0.005; None runs th
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots, tables
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import diffcse
 
 chosen = ex.sweep(lams, lam, "λ")
-ex.check_lams(chosen)
+diffcse.check_lams(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
-long = ex.run_rows(tables.table8_rows(chosen), s, ("sts_dev",), ex.dev_columns)
+long = ex.run_rows(diffcse.table8_rows(chosen), s, ("sts_dev",), ex.dev_columns)
 comparison = ex.compare(long, 8, ["STS-B"], ex.sweep_cell("STS-B"))
-display(ex.style(comparison, "Table 8: STS-B dev by λ, paper vs reproduced"))
+display(ex.show(comparison, "Table 8: STS-B dev by λ, paper vs reproduced"))
 
 # %%
 figure = plots.sweep(comparison, "λ", "Table 8: STS-B dev by λ", rotate_labels=True)

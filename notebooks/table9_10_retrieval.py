@@ -30,16 +30,17 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, tables
+from cse_kit import experiments as ex
+from cse_kit.papers import diffcse
 from cse_kit.paper import paper_examples
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
-rows = [r for r in tables.geometry_rows(s.profile) if r.preset]
+rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 
 # %%
 long = ex.run_rows(rows, s, ("geometry",), ex.retrieval_columns)
 comparison = ex.compare(long, 10, ["@1", "@5", "@10"])
-display(ex.style(comparison, "Table 10: retrieval recall on STS-B test, paper vs reproduced"))
+display(ex.show(comparison, "Table 10: retrieval recall on STS-B test, paper vs reproduced"))
 
 # %%
 paper9 = paper_examples(9)

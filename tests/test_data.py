@@ -32,6 +32,15 @@ def test_status_json_reports_every_evaluation_set_verified_with_official_counts(
     assert report["Wiki1M"] == {"present": False, "verified": False, "counts": {}, "problems": []}
 
 
+def test_status_of_a_missing_or_empty_directory_says_so_once_and_how_to_fill_it(tmp_path, capsys):
+    assert main(["data", "status", "--data-dir", str(tmp_path / "dta")]) == 1
+    err = capsys.readouterr().err
+    assert f"data directory {tmp_path / 'dta'} does not exist (misspelt" in err and "cse-kit data import" in err
+    assert main(["data", "status", "--data-dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert f"holds none of the {len(data.REGISTRY)} datasets" in err and "missing" not in out
+
+
 def test_sts_subsets_and_first_records(data_dir):
     sts12 = data.load_sts("STS12", data_dir=data_dir)
     assert sts12[0] == data.StsPair(

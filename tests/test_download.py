@@ -128,3 +128,28 @@ def test_fetch_source_uses_the_cache_the_second_time(fixture_archive, tmp_path):
     first = fetch.fetch_source(source, tmp_path, progressbar=False)
     second = fetch.fetch_source(source, tmp_path, progressbar=False)
     assert first == second and len(RangeHandler.requests_seen) == 1
+
+
+def test_a_missing_dataset_is_downloaded_on_first_use(fixture_archive, monkeypatch, tmp_path):
+    """Online (no CSE_KIT_OFFLINE / HF_HUB_OFFLINE), loading a dataset that is not there fetches and verifies it."""
+    archive, url, sha = fixture_archive
+    _serve_from(monkeypatch, ["MR", "TREC"], registry.Source(url, "tar", sha256=sha))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("CSE_KIT_OFFLINE", raising=False)
+    target = tmp_path / "fresh"
+    rows = data.load_classification("TREC", "train", target)
+    assert len(rows) == 5452 and data.status(target, ["TREC"])["datasets"]["TREC"]["verified"]
+    assert [path for path, _ in RangeHandler.requests_seen] == [f"/{archive.name}"]
+    data.load_classification("TREC", "test", target)  # present now: no second request
+    assert len(RangeHandler.requests_seen) == 1
+
+
+@pytest.mark.parametrize("switch", ["CSE_KIT_OFFLINE", "HF_HUB_OFFLINE"])
+def test_offline_a_missing_dataset_names_the_import_command(fixture_archive, monkeypatch, tmp_path, switch):
+    archive, url, sha = fixture_archive
+    _serve_from(monkeypatch, ["TREC"], registry.Source(url, "tar", sha256=sha))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv(switch, "1")
+    with pytest.raises(data.MissingDatasetError, match="downloads are off.*cse-kit data import PATH"):
+        data.load_classification("TREC", "train", tmp_path / "fresh")
+    assert RangeHandler.requests_seen == []

@@ -66,6 +66,10 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     ("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in"),
     ("table6_generator", {"generator": "gpt2"}, "unknown generator"),
     ("table1_sts", {"profile": "laptop"}, "unknown profile"),
+    ("scd_table3_ablation", {"recipe": "nope"}, "unknown SCD recipe"),
+    ("scd_table1_sts", {"recipe": "official-code"}, "BERT only"),
+    ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),
+    ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
 ])
 def test_bad_parameters_fail_in_the_first_cell_before_training(name, params, message, tmp_path, data_dir):
     with pytest.raises(papermill.PapermillExecutionError, match=message):
@@ -99,8 +103,15 @@ def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_di
     assert "Figure 2: cosine similarity by gold-score group" in page and "Tables 12-14" in page
     assert page.count("data:image/png;base64,") >= 2 and "class='failed'" not in page
     assert "http://" not in page and "https://" not in page  # nothing to fetch: no script, style, font, image URL
-    assert "0.000007" in page  # Table 12's learning rate 7e-6, from the presets, beside the paper's
-    runs = json.loads((out / "report.json").read_text())["runs"]
+    assert "7e-06" in page and ">0.005<" in page  # Table 12's learning rate and λ, not rounded to 0.00 / 0.01
+    built = json.loads((out / "report.json").read_text())
+    lines = {(c["paper"], c["artefact"]): c for c in built["coverage"]}
+    assert len([c for c in lines.values() if c["status"] != "schematic"]) == 42
+    assert lines[("DiffCSE", "Figure 2")]["status"] == "reproduced" and lines[("DiffCSE", "Figure 2")]["profile"] == "smoke"
+    assert lines[("DiffCSE", "Table 8")]["status"] == "not built"  # implemented, not executed in this build
+    assert lines[("DiffCSE", "Figure 1")]["status"] == "schematic"
+    assert page.index("id=\"coverage\"") < page.index("id='paper-diffcse'") < page.index("id='figure2_cosine'")
+    runs = built["runs"]
     assert [r["status"] for r in runs] == ["ok", "ok"]
     report.build("smoke", results_dir, data_dir, out, only=only, log=lambda *_: None)
     assert [r["status"] for r in json.loads((out / "report.json").read_text())["runs"]] == ["reused", "reused"]
@@ -109,6 +120,7 @@ def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_di
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
     shot = tmp_path / "report.png"
     hosts = _render(index.as_uri(), shot, tmp_path / "chromium")
+    assert _page_width(index, tmp_path) <= 1400  # nothing runs off a 1400-px window
     assert shot.is_file() and shot.stat().st_size > 10_000
     # Chromium calls its own Google services (time, accounts) even for an empty page; the page adds nothing
     assert all(h == "google.com" or h.endswith(".google.com") for h in hosts), hosts
@@ -132,10 +144,27 @@ def _render(url: str, screenshot: Path, profile_dir: Path) -> list[str]:
     return [_host(line) for line in proxy.requests]
 
 
+def _page_width(index: Path, tmp_path: Path) -> int:
+    """The page's scroll width in a 1400-px headless Chromium window (a copy of the page reports it in its title)."""
+    probe = tmp_path / "width.html"
+    probe.write_text(index.read_text().replace(
+        "</body>", "<script>document.title = 'width=' + document.documentElement.scrollWidth</script></body>"))
+    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          f"--user-data-dir={tmp_path / 'chromium-width'}", "--window-size=1400,900", "--dump-dom",
+                          probe.as_uri()], check=True, capture_output=True, text=True, timeout=120).stdout
+    return int(out.split("width=", 1)[1].split("<", 1)[0])
+
+
 def _host(request_line: str) -> str:
     """Host of `GET http://host/path HTTP/1.1` or `CONNECT host:443 HTTP/1.1`."""
     target = request_line.split()[1]
     return target.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+
+
+def test_the_report_runner_refuses_a_parameter_the_notebook_does_not_take(tmp_path):
+    with pytest.raises(ValueError, match=r"table8_lambda has no parameter\(s\) \['lamda'\]"):
+        report.execute("table8_lambda", {"lamda": 0.1}, tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):
@@ -149,4 +178,6 @@ def test_whole_smoke_report(tmp_path, data_dir):
     index = report.build("smoke", tmp_path / "results", data_dir, tmp_path / "reports", log=lambda *_: None)
     runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
     assert [r["name"] for r in runs] == list(report.NOTEBOOKS) and all(r["status"] == "ok" for r in runs)
-    assert index.read_text().count("<h2 id=") == len(report.NOTEBOOKS)
+    assert index.read_text().count("<h3 id=") == len(report.NOTEBOOKS)
+    coverage = json.loads((tmp_path / "reports" / "report.json").read_text())["coverage"]
+    assert all(c["status"] in ("reproduced", "not implemented yet", "schematic") for c in coverage), coverage

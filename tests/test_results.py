@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from cse_kit import experiments as ex
-from cse_kit import results, tables
+from cse_kit import results
+from cse_kit.papers import diffcse
 from cse_kit.paper import paper_table, paper_value
 from cse_kit.results import Pretrained, ResultStore, record_key
 from cse_kit.train.presets import build_config
@@ -49,26 +50,26 @@ def test_shared_rows_are_one_run():
     def key(row):
         return record_key(row.subject("smoke", 1))
 
-    t5 = {r.label: key(r) for r in tables.table5_rows()}
-    assert key(tables.table8_rows([0.0])[0]) == t5["SimCSE w/ BatchNorm"]
-    same = {t5["DiffCSE w/ BatchNorm"], key(tables.table8_rows([0.005])[0]), key(tables.table7_rows([0.3])[0]),
-            key(tables.table6_rows(["distilbert"], "smoke")[1])}
+    t5 = {r.label: key(r) for r in diffcse.table5_rows()}
+    assert key(diffcse.table8_rows([0.0])[0]) == t5["SimCSE w/ BatchNorm"]
+    same = {t5["DiffCSE w/ BatchNorm"], key(diffcse.table8_rows([0.005])[0]), key(diffcse.table7_rows([0.3])[0]),
+            key(diffcse.table6_rows(["distilbert"], "smoke")[1])}
     assert len(same) == 1
     assert len(set(t5.values())) == 4
-    assert key(tables.table8_rows([0.01])[0]) != t5["DiffCSE w/ BatchNorm"]
+    assert key(diffcse.table8_rows([0.01])[0]) != t5["DiffCSE w/ BatchNorm"]
 
 
 def test_generators_without_offline_checkpoint_are_not_run_with_a_reason():
-    rows = tables.table6_rows(["bert-tiny"], "cpu")
+    rows = diffcse.table6_rows(["bert-tiny"], "cpu")
     with pytest.raises(Exception, match="no offline checkpoint"):
         rows[1].subject("cpu", 1)
     assert rows[1].label == "BERT-tiny (L=2, H=128)"
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda: ex.check_lams([0.005, -1.0]), "λ must be"),
-    (lambda: ex.check_mask_ratios([0.3, 1.0]), r"\(0, 1\)"),
-    (lambda: ex.check_generators(["gpt2"]), "unknown generator"),
+    (lambda: diffcse.check_lams([0.005, -1.0]), "λ must be"),
+    (lambda: diffcse.check_mask_ratios([0.3, 1.0]), r"\(0, 1\)"),
+    (lambda: diffcse.check_generators(["gpt2"]), "unknown generator"),
     (lambda: ex.resolve_profile("laptop"), "unknown profile"),
     (lambda: ex.sweep([], None, "λ"), "no λ values"),
 ])
@@ -93,7 +94,8 @@ def test_compare_mean_std_and_difference():
     assert out.loc["0.005", "std"] == pytest.approx(math.sqrt(2))
     assert out.loc["0.005", "diff"] == pytest.approx(-3.56)
     assert out.loc["0.1", "n"] == 0 and out.loc["0.1", "reason"] == "why" and math.isnan(out.loc["0.1", "mean"])
-    assert "84.56 | 81.00 ± 1.41 (-3.56)" in ex.wide(out.reset_index()).loc["0.005", "STS-B"]
+    shown = ex.show(out.reset_index(), "Table 8")._repr_html_()
+    assert "84.56</span> | <b>81.00 ± 1.41</b> | <span class='delta' style='color:#cf222e'>-3.56" in shown
 
 
 def test_parameter_count_formula_equals_a_real_diffcse(data_dir):
@@ -105,13 +107,13 @@ def test_parameter_count_formula_equals_a_real_diffcse(data_dir):
     _, generator = load_model("smoke-bert-mlm", model_class=AutoModelForMaskedLM)
     real = DiffCSE(encoder, generator, tokenizer, mask_ratio=0.3, lam=0.005, projector="batchnorm")
     trainable = sum(p.numel() for p in real.parameters() if p.requires_grad)
-    counts = tables.count_parameters(encoder)
+    counts = diffcse.count_parameters(encoder)
     assert counts["DiffCSE (train)"] == trainable
     assert counts["DiffCSE (test)"] == sum(p.numel() for p in encoder.parameters())
 
 
 def test_paper_profile_counts_are_the_papers_table_14():
-    counts = tables.parameter_table("paper")
+    counts = diffcse.parameter_table("paper")
     for method, per in counts.items():
         for backbone, n in per.items():
             assert round(n / 1e6) == pytest.approx(paper_value(14, method, backbone), abs=2)

@@ -1,9 +1,10 @@
 """The data layer: a registry of every dataset the papers use, loaders into typed records, download/import/verify."""
 
 from .fetch import ImportRefused, download, import_path, status, verify
+from .first_use import load_classification, load_corpus, load_nli_triplets, load_snli, load_sts, snli_triplets
 from .loaders import (
-    ALLOW_UNVERIFIED_ENV, DataError, UnverifiedDataError, allow_unverified, unverified_reads, LabelledPair, LabelledSentence, MissingDatasetError, NliTriplet, StsPair, count_records,
-    load_classification, load_corpus, load_nli_triplets, load_snli, load_sts, snli_triplets,
+    ALLOW_UNVERIFIED_ENV, DataError, LabelledPair, LabelledSentence, MissingDatasetError, NliTriplet, StsPair,
+    UnverifiedDataError, allow_unverified, count_records, unverified_reads,
 )
 from .registry import (
     EVALUATION_SETS, REGISTRY, STS_TASKS, TRANSFER_TASKS, DatasetSpec, default_data_dir, resolve_data_dir, spec,

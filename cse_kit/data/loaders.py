@@ -23,7 +23,9 @@ class DataError(ValueError):
 
 
 class MissingDatasetError(DataError, FileNotFoundError):
-    pass
+    def __init__(self, message: str, *, dataset: str | None = None, root: Path | None = None, fix: str = ""):
+        super().__init__(message)
+        self.dataset, self.root, self.fix = dataset, root, fix
 
 
 class UnverifiedDataError(DataError):
@@ -186,15 +188,24 @@ def _int(path: Path, lineno: int, value: str, what: str) -> int:
         raise DataError(f"{path}:{lineno}: expected an integer {what}, got {value!r}") from None
 
 
+def downloads_allowed() -> bool:
+    """Missing datasets are downloaded on first use unless the user is offline (CSE_KIT_OFFLINE=1, or the Hugging
+    Face switch HF_HUB_OFFLINE=1 that the tests and offline users already set)."""
+    off = ("1", "true", "yes", "on")
+    return not any(os.environ.get(v, "").lower() in off for v in ("CSE_KIT_OFFLINE", "HF_HUB_OFFLINE"))
+
+
 def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
-    """The folder holding the dataset's files; raises MissingDatasetError naming the command that fixes it."""
+    """The folder holding the dataset's files, verified; MissingDatasetError (naming the command that fixes it) when
+    they are not there. The public loaders of `cse_kit.data` download a missing dataset on first use."""
     root = resolve_data_dir(data_dir)
     missing = [p for p in ds.paths(root) if not p.is_file()]
     if missing:
-        raise MissingDatasetError(
-            f"dataset {ds.name} is missing from {root} (no {missing[0]}). Fix: `cse-kit data download {ds.name}`"
-            f" (needs internet) or `cse-kit data import PATH` with a local archive"
-            f"{'' if data_dir is None else f', adding --data-dir {root}'}.")
+        fix = (f"Fix: `cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with a local "
+               f"archive{'' if data_dir is None else f', adding --data-dir {root}'}.")
+        off = "" if downloads_allowed() else " and downloads are off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE)"
+        raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}){off}. {fix}",
+                                  dataset=ds.name, root=root, fix=fix)
     _check_dataset(ds, root)
     return root / ds.group
 

@@ -1,4 +1,5 @@
-"""Which run stands behind each row of each DiffCSE table: presets, overrides and the paper's row labels.
+"""DiffCSE (Chuang et al., NAACL 2022), the primary paper: which run stands behind each row of each table (presets,
+overrides and the paper's row labels), the notebooks' parameter checks, and the notebooks that reproduce it.
 
 The identities the paper relies on are kept, so shared rows are trained once: λ = 0 (Table 8) is SimCSE with the
 BatchNorm projector (Table 5); DiffCSE with BatchNorm (Table 5) = DistilBERT generator (Table 6) = 30% masking
@@ -6,8 +7,24 @@ BatchNorm projector (Table 5); DiffCSE with BatchNorm (Table 5) = DistilBERT gen
 
 from __future__ import annotations
 
-from .experiments import Row
-from .train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable
+from ..experiments import Row, check
+from ..train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable
+from .released import released_row
+
+#: notebook -> the DiffCSE artefacts it reproduces, in the paper's order (the report's coverage reads this)
+NOTEBOOKS = {
+    "table1_sts": ["Table 1"], "table2_transfer": ["Table 2"], "table5_batchnorm": ["Table 5"],
+    "table6_generator": ["Table 6"], "table7_mask_ratio": ["Table 7"], "table8_lambda": ["Table 8"],
+    "table9_10_retrieval": ["Table 9", "Table 10"], "table11_alignment": ["Table 11"], "figure2_cosine": ["Figure 2"],
+    "table12_14_hparams": ["Table 12", "Table 13", "Table 14"],
+}
+#: artefact -> the (row, column) of its notebook's comparison the report's coverage matrix quotes
+HEADLINES = {
+    "Table 1": ("DiffCSE-BERT-base", "Avg."), "Table 2": ("DiffCSE-BERT-base", "Avg."),
+    "Table 5": ("DiffCSE w/ BatchNorm", "STS-B"), "Table 6": ("DistilBERT-base (L=6, H=768)", "STS-B"),
+    "Table 7": ("30%", "STS-B"), "Table 8": ("0.005", "STS-B"), "Table 10": ("DiffCSE-BERT-base", "@1"),
+    "Table 11": ("DiffCSE-BERT-base", "Alignment"), "Table 14": ("14: DiffCSE (train)", "BERT-base"),
+}
 
 BACKBONE_LABELS = {"bert": "BERT-base", "roberta": "RoBERTa-base"}
 #: SimCSE with DiffCSE's BatchNorm projector and DiffCSE's STS settings (lr, epochs, batch): Table 5, Table 8 λ = 0
@@ -22,17 +39,45 @@ TABLE6_GENERATORS = list(GENERATOR_ROWS)
 DEFAULT_GENERATOR = "distilbert"
 
 
-def table1_rows(backbones: list[str]) -> list[Row]:
-    """STS test: SimCSE as the DiffCSE authors reproduced it, and DiffCSE's STS models."""
+def check_lams(lams: list) -> None:
+    bad = [x for x in lams if not isinstance(x, (int, float)) or x < 0]
+    check(not bad, f"λ must be a number >= 0 (0 is SimCSE with the BatchNorm projector); got {bad}")
+
+
+def check_mask_ratios(ratios: list) -> None:
+    bad = [x for x in ratios if not isinstance(x, (int, float)) or not 0 < x < 1]
+    check(not bad, f"masking ratios must lie in (0, 1), e.g. 0.3 for 30%; got {bad}")
+
+
+def check_generators(names: list) -> None:
+    bad = [g for g in names if g not in GENERATORS]
+    check(not bad, f"unknown generator(s) {bad}; choose from {', '.join(GENERATORS)}")
+
+
+#: backbone -> the released checkpoints of SimCSE and DiffCSE (STS and transfer models), cse_kit/papers/released.json
+RELEASED = {"bert": {"simcse": "princeton-nlp/unsup-simcse-bert-base-uncased",
+                     "sts": "voidism/diffcse-bert-base-uncased-sts", "transfer": "voidism/diffcse-bert-base-uncased-trans"},
+            "roberta": {"simcse": "princeton-nlp/unsup-simcse-roberta-base", "sts": "voidism/diffcse-roberta-base-sts",
+                        "transfer": "voidism/diffcse-roberta-base-trans"}}
+
+
+def table1_rows(backbones: list[str], profile: str) -> list[Row]:
+    """STS test: SimCSE (its authors' checkpoint, and as the DiffCSE authors reproduced it by training) and
+    DiffCSE's STS models (the released checkpoint, and ours)."""
     return [row for b in backbones for row in (
+        released_row(RELEASED[b]["simcse"], f"SimCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"SimCSE-{BACKBONE_LABELS[b]} (reproduce)", f"simcse-{b}"),
+        released_row(RELEASED[b]["sts"], f"DiffCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"DiffCSE-{BACKBONE_LABELS[b]}", f"diffcse-{b}-sts"))]
 
 
-def table2_rows(backbones: list[str]) -> list[Row]:
-    """Transfer test: SimCSE and DiffCSE's transfer models (selected on average transfer dev accuracy)."""
+def table2_rows(backbones: list[str], profile: str) -> list[Row]:
+    """Transfer test: SimCSE and DiffCSE's transfer models (selected on average transfer dev accuracy), each beside
+    its authors' released checkpoint."""
     return [row for b in backbones for row in (
+        released_row(RELEASED[b]["simcse"], f"SimCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"SimCSE-{BACKBONE_LABELS[b]}", f"simcse-{b}"),
+        released_row(RELEASED[b]["transfer"], f"DiffCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"DiffCSE-{BACKBONE_LABELS[b]}", f"diffcse-{b}-transfer"))]
 
 
@@ -92,7 +137,7 @@ def _architecture(profile: str, backbone: str):
     configurations with random weights, so counting needs no download."""
     from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
-    from .train.loop import load_encoder
+    from ..train.loop import load_encoder
 
     if profile == "paper":
         if backbone == "bert":
@@ -112,7 +157,7 @@ def count_parameters(encoder) -> dict[str, int]:
 
     from torch import nn
 
-    from .methods import SimCSE
+    from ..methods import SimCSE
 
     def n(*modules):
         return sum(p.numel() for m in modules for p in m.parameters() if p.requires_grad)

@@ -1,0 +1,71 @@
+"""The report's coverage matrix: every table and figure of the four papers with its status, and `cse-kit status`."""
+
+import json
+import math
+
+from cse_kit import cli, report
+from cse_kit.paper import artefacts
+from cse_kit.papers import PAPERS, all_notebooks
+
+
+def _table(lines, profile="cpu"):
+    return {"name": "x", "profile": profile, "seeds": [42], "comparison": lines}
+
+
+def _line(row, column, paper, mean, n, reason=""):
+    return {"row": row, "column": column, "paper": paper, "mean": mean, "std": math.nan if n < 2 else 0.5, "n": n,
+            "diff": mean - paper, "reason": reason}
+
+
+def test_every_artefact_of_every_paper_is_listed_once_with_its_status():
+    tables = {"table8_lambda": _table([_line("0.005", "STS-B", 84.56, 80.1, 2)]),
+              "table1_sts": _table([_line("DiffCSE-BERT-base", "Avg.", 78.49, math.nan, 0, "needs the Hub")])}
+    lines = report.coverage(tables, {"table7_mask_ratio": "ValueError: boom"})
+    assert [(line["key"], line["artefact"]) for line in lines] == [(k, a["id"]) for k in PAPERS for a in artefacts(k)]
+    by = {(line["paper"], line["artefact"]): line for line in lines}
+    assert len([line for line in lines if line["status"] != "schematic"]) == 42
+    assert by[("DiffCSE", "Table 8")]["status"] == "reproduced"
+    assert by[("DiffCSE", "Table 8")]["headline"] == "0.005, STS-B: paper 84.56 | ours 80.10 ± 0.50"
+    assert by[("DiffCSE", "Table 1")]["status"] == "not run on this profile"
+    assert by[("DiffCSE", "Table 1")]["detail"] == "needs the Hub"
+    assert by[("DiffCSE", "Table 7")]["status"] == "failed"
+    assert by[("DiffCSE", "Table 5")]["status"] == "not built"
+    for key, paper in PAPERS.items():  # an artefact no notebook covers is named, never silently absent
+        covered = {a for nb, k in all_notebooks().items() if k == key for a in report.paper_notebooks(key)[nb]}
+        for a in artefacts(key):
+            if a["data"] and a["id"] not in covered:
+                assert by[(paper, a["id"])]["status"] == "not implemented yet"
+    schematic = {(line["paper"], line["artefact"]) for line in lines if line["status"] == "schematic"}
+    assert schematic == {("DiffCSE", "Figure 1"), ("SCD", "Figure 1"), ("ESimCSE", "Figure 1"), ("DiffAug", "Figure 1"),
+                         ("DiffAug", "Figure 2")}
+
+
+def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, capsys):
+    (tmp_path / "tables").mkdir()
+    saved = {**_table([_line("0.005", "STS-B", 84.56, 70.0, 1)], "smoke"), "name": "table8_lambda"}
+    (tmp_path / "tables" / "table8_lambda.json").write_text(json.dumps(saved))
+    other = {**_table([_line("0.005", "STS-B", 84.56, 70.0, 1)], "cpu"), "name": "table7_mask_ratio"}
+    (tmp_path / "tables" / "table7_mask_ratio.json").write_text(json.dumps(other))
+    assert cli.main(["status", "--profile", "smoke", "--results-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Table 8    reproduced" in out and "paper 84.56 | ours 70 (n=1)" in out
+    assert "Table 7    not built" in out  # saved for another profile only
+    assert "Figure 1   schematic" in out and "\nSCD\n" in out and "\nDiffAug\n" in out
+    assert cli.main(["report", "--list", "--profile", "smoke", "--results-dir", str(tmp_path), "--paper", "scd"]) == 0
+    assert "DiffCSE" not in capsys.readouterr().out
+
+
+def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_notebooks_reproduce():
+    from cse_kit.paper import paper_table
+    from cse_kit.papers import notebooks, paper_module
+
+    for key in PAPERS:
+        module = paper_module(key)
+        reproduced = {a for artefacts_of in notebooks(key).values() for a in artefacts_of}
+        for artefact, (row, column) in getattr(module, "HEADLINES", {}).items():
+            assert artefact in reproduced, (key, artefact)
+            number = artefact.removeprefix("Table ")
+            table = paper_table(number, paper=key)
+            row = row.removeprefix(f"{number}: ")  # a notebook of several tables prefixes its rows' labels
+            # sweeps (Tables 7, 8) are printed transposed: the notebook's row is the paper's column
+            assert {row, column} <= set(table.index) | set(table.columns), (key, artefact, row, column)
