@@ -176,7 +176,8 @@ def half_run(data_dir, tmp_path_factory):
     """A finished 4-step smoke run (checkpoint at step 4) to damage or resume in copies."""
     run = tmp_path_factory.mktemp("half") / "run"
     cfg = build_config("simcse-bert", "smoke", {"output_dir": str(run), "data_dir": str(data_dir), "max_steps": 4,
-                                                "eval_steps": 4, "save_steps": 2, "log_steps": 1})
+                                                "eval_steps": 4, "save_steps": 2, "log_steps": 1,
+                                                "keep_checkpoint": True})
     train(cfg, progress=False)
     return cfg
 
@@ -255,3 +256,52 @@ def test_keep_freed_memory_stops_the_page_faults_of_reallocating_large_blocks():
     faults = [faults_of_a_cycle() for _ in range(4)]
     assert faults[0] > 30_000  # first touch of 144 MB
     assert faults[-1] < faults[0] / 10, faults  # glibc's default re-faults about as much on every cycle
+
+
+def test_checkpoints_follow_the_clock_and_a_finished_run_keeps_only_its_best_model(data_dir, tmp_path, monkeypatch):
+    import cse_kit.train.loop as loop
+
+    saved = []
+    real_swap = loop.swap_dir
+    monkeypatch.setattr(loop, "swap_dir", lambda tmp, dest: (saved.append(json.loads(
+        (tmp / "trainer_state.json").read_text())["step"]), real_swap(tmp, dest))[1])
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", max_steps=6, eval_steps=3, log_steps=1,
+               checkpoint_minutes=1e-9)  # any time at all is past due: a checkpoint at every log step but the last
+    train(cfg, progress=False)
+    assert saved == [1, 2, 3, 4, 5]
+    assert not (tmp_path / "run" / "checkpoint").exists() and (tmp_path / "run" / "model" / "config.json").is_file()
+    saved.clear()
+    cfg = _cfg(data_dir, tmp_path / "b", "simcse-bert", max_steps=6, eval_steps=3, log_steps=1, keep_checkpoint=True)
+    train(cfg, progress=False)  # 20 minutes never pass here: only the final state, kept on request
+    assert saved == [6] and (tmp_path / "b" / "run" / "checkpoint" / "trainer_state.json").is_file()
+
+
+def test_a_non_finite_loss_read_at_the_next_log_step_names_the_step_it_happened(data_dir, tmp_path, monkeypatch):
+    from cse_kit.methods.simcse import SimCSE
+
+    real_forward, calls = SimCSE.forward, []
+
+    def nan_at_step_2(self, batch):
+        out = real_forward(self, batch)
+        calls.append(1)
+        return {**out, "loss": out["loss"] * float("nan")} if len(calls) == 2 else out
+
+    monkeypatch.setattr(SimCSE, "forward", nan_at_step_2)
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", max_steps=8, eval_steps=8, log_steps=4, save_steps=8)
+    with pytest.raises(NonFiniteLoss, match=r"the loss is not finite \(nan or inf\) at step 2; .*No checkpoint"):
+        train(cfg, progress=False)
+    assert len(calls) == 4  # found at the log step, without a host sync on every step
+
+
+@pytest.mark.slow
+def test_a_compiled_encoder_trains_the_same_steps_and_exports_a_plain_model(data_dir, tmp_path):
+    """Without dropout: compiled code draws its dropout masks from another generator than eager code, so only
+    dropout-free steps can be compared number for number."""
+    settings = {"max_steps": 3, "eval_steps": 3, "log_steps": 1, "dropout": 0.0}
+    eager = train(_cfg(data_dir, tmp_path / "eager", "simcse-bert", **settings), progress=False)
+    compiled = train(_cfg(data_dir, tmp_path / "compiled", "simcse-bert", compile=True, **settings), progress=False)
+    losses = [[json.loads(x)["loss"] for x in (tmp_path / d / "run" / "log.jsonl").read_text().splitlines()
+               if "loss" in x] for d in ("eager", "compiled")]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4) and len(losses[0]) == 3
+    assert compiled["best"] == pytest.approx(eager["best"], abs=0.05)
+    assert set(_weights(tmp_path / "compiled" / "run" / "model")) == set(_weights(tmp_path / "eager" / "run" / "model"))

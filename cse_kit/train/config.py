@@ -43,7 +43,10 @@ class TrainConfig:
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
-    save_steps: int | None = None  # resumable checkpoint interval; default: eval_steps
+    save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
+    checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
+    keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
+    compile: bool = False  # torch.compile the encoder (CUDA: faster steps after a compile of about a minute)
     log_steps: int = 10
     data_dir: str | None = None
     # DiffCSE
@@ -94,6 +97,7 @@ class TrainConfig:
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        need(self.checkpoint_minutes > 0, "checkpoint_minutes must be > 0 (or set save_steps)")
         need(0 < self.mask_ratio < 1, f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         need(self.lam >= 0, f"lam (the RTD weight) must be >= 0, got {self.lam}")
         need(self.variant in VARIANTS, f"unknown DiffCSE variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
