@@ -3,7 +3,8 @@
 from .fetch import download, import_path, status, verify
 from .loaders import (
     DataError, LabelledPair, LabelledSentence, MissingDatasetError, NliTriplet, StsPair, count_records,
-    load_classification, load_corpus, load_nli_triplets, load_snli, load_sts, snli_triplets,
+    load_classification, load_corpus, load_documents, load_nli_triplets, load_sentence_pairs, load_snli, load_sts,
+    snli_triplets,
 )
 from .registry import (
     EVALUATION_SETS, REGISTRY, STS_TASKS, TRANSFER_TASKS, DatasetSpec, default_data_dir, resolve_data_dir, spec,
@@ -12,6 +13,7 @@ from .registry import (
 __all__ = [
     "DataError", "DatasetSpec", "EVALUATION_SETS", "LabelledPair", "LabelledSentence", "MissingDatasetError",
     "NliTriplet", "REGISTRY", "STS_TASKS", "StsPair", "TRANSFER_TASKS", "count_records", "default_data_dir",
-    "download", "import_path", "load_classification", "load_corpus", "load_nli_triplets", "load_snli", "load_sts",
+    "download", "import_path", "load_classification", "load_corpus", "load_documents", "load_nli_triplets",
+    "load_sentence_pairs", "load_snli", "load_sts",
     "resolve_data_dir", "snli_triplets", "spec", "status", "verify",
 ]
