@@ -107,7 +107,7 @@ def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
     if missing:
         fix = (f"Fix: `cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with a local "
                f"archive{'' if data_dir is None else f', adding --data-dir {root}'}.")
-        if not downloads_allowed():
+        if not downloads_allowed() and not ds.source.url.startswith("file:///"):  # a local source is no download
             raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}) and downloads are "
                                       f"off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE). {fix}")
         from .fetch import download

@@ -356,7 +356,7 @@ class DiffCSE(SimCSE):
         if self.target in ("next", "same+next"):
             if "next_input_ids" not in batch:
                 raise ValueError("target 'next' needs the next sentence of each sentence: train on an ordered corpus "
-                                 "(data=WikiText-103 or GPL-ordered), whose loader yields (sentence, next) pairs")
+                                 "(data=WikiText-103 or Licenses-ordered), whose loader yields (sentence, next) pairs")
             rows.append(tuple(batch[k].repeat_interleave(views, 0) for k in ("next_input_ids", "next_attention_mask"))
                         + (h,))
         return rows
