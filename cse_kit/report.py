@@ -1,7 +1,7 @@
 """`cse-kit report`: execute (or reuse) every paper's table notebooks with papermill and build one self-contained
 page, reports/index.html: a coverage matrix of every table and figure of the four papers (reproduced, not run on
 this profile, not implemented yet, schematic), then one section per paper with each table in its paper's layout
-(paper | ours mean ± std | Δ), the figures, the environment, and the executed notebooks. No script, style, font or
+(paper, ours mean ± std, Δ), the figures, the environment, and the executed notebooks. No script, style, font or
 image is fetched from anywhere."""
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     import papermill
 
     source = NOTEBOOK_DIR / f"{name}.ipynb"
+    unknown = sorted(set(params) - set(papermill.inspect_notebook(str(source))))
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {unknown}; it takes: "
+                         f"{', '.join(papermill.inspect_notebook(str(source)))}")
     out = executed_dir / f"{name}__{execution_key(source, params)}.ipynb"
     if out.is_file() and not force and not _failed(nbformat.read(out, as_version=4)):
         return {"name": name, "path": out, "status": "reused", "seconds": 0.0, "error": ""}
@@ -237,8 +241,9 @@ caption {{ text-align: left; font-style: italic; padding-bottom: 4px; }}
 .scroll {{ overflow-x: auto; max-width: 100%; }}
 img {{ max-width: 100%; display: block; margin: 0.5em 0; }}
 .meta, .note {{ color: #57606a; font-size: 13px; }} .failed {{ color: #cf222e; }}
-.paper {{ color: #57606a; }} .notrun {{ color: #9a6700; }} th.rowlabel {{ white-space: nowrap; }}
-table.paper-layout td {{ white-space: nowrap; }}
+.paper {{ color: #57606a; }} .notrun {{ color: #9a6700; }}
+table.paper-layout th.rowlabel {{ min-width: 10em; max-width: 16em; }}
+table.paper-layout td {{ white-space: nowrap; padding: 3px 6px; }}
 tr.ok td.status {{ color: #1a7f37; font-weight: bold; }} tr.warn td.status {{ color: #9a6700; font-weight: bold; }}
 tr.bad td.status {{ color: #cf222e; font-weight: bold; }} tr.todo td.status {{ color: #8250df; }}
 tr.muted td {{ color: #8c959f; }}
@@ -312,8 +317,9 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     for key in shown_papers:
         toc = "".join(f"<a href='#{name}'>{name}</a>" for name in names if all_notebooks()[name] == key)
         body = "\n".join(sections.get(key, [])) or "<p class='note'>no notebook of this paper in this build</p>"
-        paper_html.append(f"<h2 id='paper-{key}'>{PAPERS[key]}: {html.escape(paper_spec(key).get('title', ''))}"
-                          f"</h2><nav class='toc'>{toc}</nav>{body}")
+        title = paper_spec(key).get("title", "")
+        heading = title if title.startswith(PAPERS[key]) else f"{PAPERS[key]}: {title}"
+        paper_html.append(f"<h2 id='paper-{key}'>{html.escape(heading)}</h2><nav class='toc'>{toc}</nav>{body}")
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),

@@ -6,12 +6,18 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 
 from __future__ import annotations
 
+from ..methods.scd import VARIANTS as SCD_VARIANTS
 from .config import TrainConfig, apply_overrides
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
 _DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant": "official-code"}
+# SCD §3.1 and the README: batch 192, lr 3e-5, 1 epoch, [CLS] without the NSP pooler. The paper does not say how
+# checkpoints were selected; every SCD preset does as the README (SICK-R dev every 250 steps).
+_SCD = {"method": "scd", "lr": 3e-5, "batch_size": 192, "epochs": 1, "pooler": "cls_before_pooler",
+        "metric": "sickr_spearman", "eval_steps": 250}
 
-#: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh.
+#: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
+#: §2.3 (SCD: paper §3.1, the official README and issue #2).
 PRESETS = {
     "simcse-bert": ("bert", {**_SIMCSE, "lr": 3e-5, "batch_size": 64}),
     "simcse-roberta": ("roberta", {**_SIMCSE, "lr": 1e-5, "batch_size": 512}),
@@ -23,6 +29,11 @@ PRESETS = {
                                        "metric": "transfer_devacc"}),
     "diffcse-roberta-transfer": ("roberta", {**_DIFFCSE, "lr": 3e-6, "batch_size": 128, "mask_ratio": 0.15,
                                              "lam": 0.05, "metric": "transfer_devacc"}),
+    # SCD: one preset per recipe of cse_kit.methods.scd.VARIANTS (Table 3's rows are scd-bert with scd_terms set)
+    "scd-bert": ("bert", {**_SCD, **SCD_VARIANTS["paper"]["bert"]}),
+    "scd-roberta": ("roberta", {**_SCD, **SCD_VARIANTS["paper"]["roberta"]}),
+    "scd-bert-official": ("bert", {**_SCD, **SCD_VARIANTS["official-code"]["bert"]}),
+    "scd-bert-released": ("bert", {**_SCD, **SCD_VARIANTS["released-checkpoints"]["bert"]}),
 }
 
 #: DiffCSE Table 6: generator name -> checkpoint on the paper profile (Turc et al. compact BERTs on the Hub).
@@ -57,7 +68,9 @@ PROFILES = {
               # STS-B dev selects here for every preset: transfer dev accuracy encodes 100k sentences, not seconds
               "settings": {"data": "Wiki1M-sample", "max_examples": 128, "batch_size": 16, "epochs": 1,
                            "eval_steps": 8, "log_steps": 2, "lr": 1e-4, "mixed_precision": "no",
-                           "metric": "stsb_spearman"},
+                           "metric": "stsb_spearman",
+                           # SCD's projector 512 wide instead of 4096: 4096² weights would make the tiny runs slow
+                           "scd_projector": "512-512-512"},
               "ordered_data": "Licenses-ordered",
               # SentEval's fast configuration keeps the smoke report within minutes
               "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
