@@ -22,8 +22,9 @@ def on_first_use(load):
         except MissingDatasetError as missing:
             if missing.dataset is None or not (downloads_allowed() or is_local(missing.dataset)):
                 raise
-            print(f"dataset {missing.dataset} is missing from {missing.root}: downloading it once (set "
-                  "CSE_KIT_OFFLINE=1 to stop this)", file=sys.stderr)
+            how = (f"copying it from {spec(missing.dataset).source.url}" if is_local(missing.dataset) else
+                   "downloading it once (set CSE_KIT_OFFLINE=1 to stop this)")
+            print(f"dataset {missing.dataset} is missing from {missing.root}: {how}", file=sys.stderr)
             try:
                 download([missing.dataset], missing.root)
             except DataError as err:
