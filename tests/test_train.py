@@ -95,25 +95,133 @@ def test_resume_after_kill_9_ends_like_an_uninterrupted_run(data_dir, tmp_path):
 
 
 def test_two_processes_compute_the_one_process_loss(data_dir, tmp_path):
-    settings = ["--set", "dropout=0", "--set", "pooler=avg", "--set", "lr=1e-3", "--set", "log_steps=1",
-                "--set", "max_steps=4", "--set", "eval_steps=100"]
+    (_, two), losses = _one_and_two_processes(data_dir, tmp_path, _two_process_settings(), 29517)
+    assert two["processes"] == 2
+    assert len(losses[0]) == 4
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)  # step 2+ also checks the gradients agree
+
+
+def _two_process_settings(extra=()):
+    return ["--set", "dropout=0", "--set", "pooler=avg", "--set", "lr=1e-3", "--set", "log_steps=1",
+            "--set", "max_steps=4", "--set", "eval_steps=100", *extra]
+
+
+def _one_and_two_processes(data_dir, tmp_path, settings, port):
     base = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
             str(data_dir), "--no-progress", *settings]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one", tmp_path / "two"
     subprocess.run([sys.executable, *base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                    "29517", *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
-    assert json.loads((two / "summary.json").read_text())["processes"] == 2
+                    str(port), *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (one, two)]
     losses = [[json.loads(x)["loss"] for x in (d / "log.jsonl").read_text().splitlines() if '"loss"' in x]
               for d in (one, two)]
+    return summaries, losses
+
+
+def test_batchnorm_statistics_are_those_of_the_global_batch_under_two_processes(data_dir, tmp_path):
+    """DiffCSE's BatchNorm projector: 2 gloo processes, each holding half the rows, train what 1 process trains."""
+    (one, two), losses = _one_and_two_processes(data_dir, tmp_path, _two_process_settings(
+        ["--set", "projector=batchnorm"]), 29518)
+    assert two["processes"] == 2 and two["batchnorm_statistics"] == "global batch"
+    assert two["seeds"][0] == one["seeds"][0] == 42 and len(set(two["seeds"])) == 2  # each rank its own seed
     assert len(losses[0]) == 4
-    assert losses[0] == pytest.approx(losses[1], abs=1e-5)  # step 2+ also checks the gradients agree
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
 
 
-def test_non_finite_loss_stops_with_a_clear_message(data_dir, tmp_path):
-    with pytest.raises(NonFiniteLoss, match="lower lr|Lower lr"):
-        train(_cfg(data_dir, tmp_path, "simcse-bert", temp=1e-45, pooler="avg"), progress=False)
+def test_too_small_a_temperature_and_fp16_on_cpu_are_refused(data_dir, tmp_path):
+    with pytest.raises(ValueError, match="temp must be >= 0.001"):
+        _cfg(data_dir, tmp_path, "simcse-bert", temp=1e-45)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+            train(_cfg(data_dir, tmp_path, "simcse-bert", mixed_precision="fp16"), progress=False)
+
+
+@pytest.mark.parametrize("caught_at", ["dev evaluation", "checkpoint"])
+def test_non_finite_weights_are_never_saved_and_the_message_names_the_last_good_checkpoint(
+        data_dir, tmp_path, monkeypatch, caught_at):
+    """The optimizer step of step 3 blows a weight to inf (as an lr far too high does)."""
+    real_step, steps = torch.optim.AdamW.step, []
+
+    def blowing_step(self, *args, **kwargs):
+        out = real_step(self, *args, **kwargs)
+        steps.append(1)
+        if len(steps) == 3:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", blowing_step)
+    eval_steps = 1 if caught_at == "dev evaluation" else 2
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", eval_steps=eval_steps, save_steps=1)
+    with pytest.raises(NonFiniteLoss, match=r"at step 3; .*nothing of this step was saved. The last good checkpoint "
+                                            r"is .*checkpoint \(step 2\)"):
+        train(cfg, progress=False)
+    run = tmp_path / "run"
+    assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"] == 2
+    for weights in (_weights(run / "model"), load_file(str(run / "checkpoint" / "model.safetensors"))):
+        assert all(bool(torch.isfinite(w).all()) for w in weights.values())
+    assert not (run / "summary.json").exists()
+
+
+def test_a_nan_dev_score_is_never_better():
+    from cse_kit.train.loop import _is_better
+
+    assert not _is_better(float("nan"), None) and not _is_better(float("inf"), 1.0) and _is_better(2.0, 1.0)
+
+
+@pytest.fixture(scope="module")
+def half_run(data_dir, tmp_path_factory):
+    """A finished 4-step smoke run (checkpoint at step 4) to damage or resume in copies."""
+    run = tmp_path_factory.mktemp("half") / "run"
+    cfg = build_config("simcse-bert", "smoke", {"output_dir": str(run), "data_dir": str(data_dir), "max_steps": 4,
+                                                "eval_steps": 4, "save_steps": 2, "log_steps": 1})
+    train(cfg, progress=False)
+    return cfg
+
+
+def _copy(half_run, tmp_path, **changes):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(half_run.output_dir, run)
+    (run / "summary.json").unlink()  # as if killed after its last checkpoint
+    return half_run.replace(output_dir=str(run), **changes), run
+
+
+def test_a_torn_last_log_line_is_dropped_on_resume(half_run, tmp_path):
+    cfg, run = _copy(half_run, tmp_path)
+    with (run / "log.jsonl").open("a") as f:
+        f.write('{"step": 5, "lr": 0.0001, "lo')  # killed in the middle of a write
+    train(cfg, progress=False)
+    assert [json.loads(x)["step"] for x in (run / "log.jsonl").read_text().splitlines()] == [1, 2, 3, 4, 4]
+
+
+@pytest.mark.parametrize("damage,named", [
+    ("trainer_state.json", "checkpoint/trainer_state.json is damaged"),
+    ("model.safetensors", "the checkpoint .*checkpoint cannot be loaded"),
+    ("log.jsonl", r"log.jsonl:2 is damaged"),
+])
+def test_damaged_run_files_are_named_with_the_fix(half_run, tmp_path, damage, named):
+    from cse_kit.train.loop import RunStateError
+
+    cfg, run = _copy(half_run, tmp_path)
+    path = run / "log.jsonl" if damage == "log.jsonl" else run / "checkpoint" / damage
+    body = path.read_bytes()
+    path.write_bytes(body.replace(b"\n", b"\n#", 1) if damage == "log.jsonl" else body[:len(body) // 2])
+    with pytest.raises(RunStateError, match=named + ".*(remove .*checkpoint to train this run again|remove that line)"):
+        train(cfg, progress=False)
+
+
+def test_resume_with_another_configuration_is_refused_or_applied_and_recorded(half_run, tmp_path):
+    cfg, run = _copy(half_run, tmp_path, lr=3e-4, max_steps=8)
+    with pytest.raises(ValueError, match=r"lr 0.0001 -> 0.0003, max_steps 4 -> 8.*--resume-with-changes"):
+        train(cfg, progress=False)
+    summary = train(cfg, progress=False, resume_with_changes=True)
+    assert summary["resumed_with_changes"] == [{"step": 4, "changes": {"lr": [1e-4, 3e-4], "max_steps": [4, 8]}}]
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "lr" in r}
+    assert lrs[6] == pytest.approx(3e-4 * (8 - 6) / 8)  # the new lr on the new schedule, not the checkpoint's
 
 
 def test_exported_model_loads_as_plain_hf_and_as_sentence_transformers(data_dir, tmp_path):

@@ -14,6 +14,10 @@ from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+#: The smallest temperature of SimCSE's temperature ablation (Gao et al. 2021, appendix: 0.001 to 1). Below it the
+#: logits cos/temp span more than 2/temp = 2000, so exp() of every negative but the hardest underflows even in fp32
+#: (e^-2000 = 0), the gradient reaches one negative per row, and the loss grows as 1/temp.
+MIN_TEMP = 1e-3
 
 
 @dataclass
@@ -96,7 +100,9 @@ class TrainConfig:
         need(self.mixed_precision in MIXED_PRECISION,
              f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}, got {self.mixed_precision!r}")
         need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
-        need(self.lr > 0 and self.temp > 0, "lr and temp must be positive")
+        need(self.lr > 0, "lr must be positive")
+        need(self.temp >= MIN_TEMP, f"temp must be >= {MIN_TEMP} (the papers use 0.05), got {self.temp}: the loss "
+             f"grows as 1/temp and the softmax over cos/temp turns one-hot, so training stops moving")
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
