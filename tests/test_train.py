@@ -305,3 +305,37 @@ def test_a_compiled_encoder_trains_the_same_steps_and_exports_a_plain_model(data
     assert losses[0] == pytest.approx(losses[1], rel=1e-4) and len(losses[0]) == 3
     assert compiled["best"] == pytest.approx(eager["best"], abs=0.05)
     assert set(_weights(tmp_path / "compiled" / "run" / "model")) == set(_weights(tmp_path / "eager" / "run" / "model"))
+
+
+VARIANTS = [{"contrastive": False}, {"target": "next"}, {"target": "same+next"}, {"task": "cmlm"},
+            {"task": "cmlm", "target": "next"}, {"task": "cmlm", "target": "same+next"}, {"task": "corrective"},
+            {"edit": "insert"}, {"edit": "delete"}, {"edit": "all"}, {"variant": "paper-text"},
+            *({"task": role, "edit": edit} for role in ("positive", "negative") for edit in ("replace", "insert", "delete"))]
+
+
+@pytest.mark.parametrize("changes", VARIANTS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_every_diffcse_ablation_runs_on_the_smoke_profile(changes, data_dir, tmp_path):
+    """Tables 3, 4 and 15: each variant trains a few steps; the next-sentence ones on the ordered corpus."""
+    cfg = _cfg(data_dir, tmp_path, max_steps=2, eval_steps=2, log_steps=1, **changes)
+    assert cfg.data == ("Licenses-ordered" if changes.get("target", "same") != "same" else "Wiki1M-sample")
+    summary = train(cfg, progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    losses = [r for r in log if "loss" in r]
+    assert summary["steps"] == 2 and len(losses) == 2 and all(np.isfinite(r["loss"]) for r in losses)
+    task = changes.get("task", "rtd")
+    if task in ("rtd", "cmlm", "corrective"):
+        assert all(task in r and ("contrastive" in r) == changes.get("contrastive", True) for r in losses)
+
+
+def test_supervised_simcse_exports_its_mlp_as_the_pooler(data_dir, tmp_path):
+    """keep_projector: the exported model's pooler layer is the trained MLP, cse_kit.json says pooler cls."""
+    from cse_kit.models import load_model
+
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", max_steps=2, eval_steps=2, keep_projector=True,
+               keep_checkpoint=True)
+    train(cfg, progress=False)
+    meta = json.loads((tmp_path / "run" / "model" / "cse_kit.json").read_text())
+    assert meta["pooler"] == "cls"
+    _, model = load_model(str(tmp_path / "run" / "model"))
+    checkpoint = load_file(tmp_path / "run" / "checkpoint" / "model.safetensors")
+    assert torch.equal(model.pooler.dense.weight, checkpoint["projector.0.weight"])

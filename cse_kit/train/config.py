@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..data.registry import ORDERED_CORPORA
 from ..eval.encode import POOLERS
 from ..methods.contrastive import PROJECTORS
-from ..methods.diffcse import CHOICES, VARIANTS
+from ..methods.diffcse import ABLATIONS, CHOICES, VARIANTS, check_ablation
 from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
@@ -38,8 +39,11 @@ class TrainConfig:
     temp: float = 0.05
     dropout: float | None = None  # the encoder's hidden and attention dropout; None keeps the checkpoint's (0.1)
     pooler: str = "cls_before_pooler"  # what the projector reads in training, and the exported model's pooler
-    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE)
+    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE) | none (official: any pooler but cls)
     hard_negative_weight: float = 0.0
+    # supervised SimCSE keeps its MLP at test time (official --pooler_type cls without --mlp_only_train): it is
+    # exported as the model's pooler layer and the model evaluated with pooler "cls"
+    keep_projector: bool = False
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
@@ -53,11 +57,19 @@ class TrainConfig:
     generator: str = "distilbert-base-uncased"
     mask_ratio: float = 0.30
     lam: float = 0.005
-    variant: str = "official-code"  # official-code | paper-text: the defaults of the four choices below
+    variant: str = "official-code"  # official-code | paper-text: the defaults of the seven choices below
     generator_output: str | None = None
     generator_dropout: bool | None = None
     rtd_reduction: str | None = None
     condition: str | None = None
+    edited_padding: str | None = None
+    edit_views: str | None = None
+    masking: str | None = None
+    # DiffCSE ablations (Tables 3, 4, 15; cse_kit.methods.diffcse.ABLATIONS)
+    task: str = "rtd"  # rtd | cmlm | corrective | positive | negative
+    edit: str = "replace"  # replace | insert | delete | all
+    target: str = "same"  # same | next | same+next (next needs an ordered corpus)
+    contrastive: bool = True  # False: λ·L_task only ("w/o contrastive loss")
     # SCD (defaults: the paper's BERT recipe, cse_kit.methods.scd.VARIANTS)
     scd_dropout_low: float = 0.05  # r_A at every dropout site of view A (official hidden_dropout_prob)
     scd_dropout_high: float = 0.15  # r_B of view B (official hidden_dropout_prob_noise)
@@ -101,9 +113,16 @@ class TrainConfig:
         need(0 < self.mask_ratio < 1, f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         need(self.lam >= 0, f"lam (the RTD weight) must be >= 0, got {self.lam}")
         need(self.variant in VARIANTS, f"unknown DiffCSE variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
-        for name, choices in CHOICES.items():
+        for name, choices in {**CHOICES, **ABLATIONS}.items():
             value = getattr(self, name)
             need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        check_ablation(self.task, self.edit, self.target, self.contrastive)
+        need(not self.keep_projector or (self.projector == "mlp" and self.pooler == "cls_before_pooler"),
+             "keep_projector exports SimCSE's MLP (Linear + tanh on [CLS]) as the model's pooler: it needs "
+             "projector='mlp' and pooler='cls_before_pooler' in training")
+        need(self.target == "same" or self.data in ORDERED_CORPORA,
+             f"target {self.target!r} needs the next sentence: train on an ordered corpus "
+             f"({', '.join(ORDERED_CORPORA)}), not {self.data!r}")
         self._validate_scd(need)
 
     def _validate_scd(self, need) -> None:
@@ -120,12 +139,12 @@ class TrainConfig:
              "dropout unset and use scd_dropout_low / scd_dropout_high")
 
     def diffcse_options(self) -> dict:
-        """The four paper-vs-code choices: explicit settings over the variant's defaults."""
+        """The paper-vs-code choices (explicit settings over the variant's defaults) and the ablation settings."""
         out = dict(VARIANTS[self.variant])
         for name in out:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
-        return out
+        return {**out, **{name: getattr(self, name) for name in (*ABLATIONS, "contrastive")}}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..data import unverified_reads
+from ..data.registry import ORDERED_CORPORA
 from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..io import recover_dir, swap_dir, write_json_atomic
@@ -137,7 +138,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
                            tokenized_cache_dir(cfg.data_dir))
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
-                      accelerator.num_processes)
+                      accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA)
     total = batches.steps_per_epoch * cfg.epochs
     total = min(total, cfg.max_steps) if cfg.max_steps else total
     objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
@@ -153,7 +154,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     # the scheduler stays unprepared: Accelerate would step it once per process, but batch_size is global here
     objective, optimizer = accelerator.prepare(objective, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    evaluator = DevEvaluator(tokenizer, cfg.pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
+    test_pooler = getattr(accelerator.unwrap_model(objective), "test_pooler", cfg.pooler)
+    evaluator = DevEvaluator(tokenizer, test_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                              transfer=cfg.metric == "transfer_devacc", device=accelerator.device)
 
     state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
@@ -268,7 +270,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
         if step % cfg.eval_steps == 0 or step == total:
             t = time.perf_counter()
-            dev = evaluator(accelerator.unwrap_model(objective).encoder)
+            test_model = _test_model(accelerator.unwrap_model(objective))
+            dev = evaluator(test_model)
             state["seconds"]["eval"] += time.perf_counter() - t
             score = dev[cfg.metric]
             if not math.isfinite(score):
@@ -281,8 +284,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                     stop("the weights are not finite")
                 state["best"], state["best_step"] = score, step
                 if accelerator.is_main_process:
-                    export_encoder(accelerator.unwrap_model(objective).encoder, tokenizer, run / "model",
-                                   _metadata(cfg, step, dev))
+                    export_encoder(test_model, tokenizer, run / "model", _metadata(cfg, step, dev, test_pooler))
         if (step < total and checkpoint_due(step)) or (step == total and cfg.keep_checkpoint):
             check_loss()
             save_checkpoint()
@@ -303,8 +305,14 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     return summary
 
 
-def _metadata(cfg: TrainConfig, step: int, dev: dict) -> dict:
-    return {"method": cfg.method, "pooler": cfg.pooler, "profile": cfg.profile, "preset": cfg.preset,
+def _test_model(objective):
+    """What is evaluated and exported: the objective's test model (e.g. supervised SimCSE's encoder with its MLP as
+    the pooler), else its encoder."""
+    return objective.test_model()[0] if hasattr(objective, "test_model") else objective.encoder
+
+
+def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str) -> dict:
+    return {"method": cfg.method, "pooler": pooler, "profile": cfg.profile, "preset": cfg.preset,
             "base_model": cfg.model, "step": step, "dev": dev}
 
 
