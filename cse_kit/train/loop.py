@@ -76,7 +76,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
                            tokenized_cache_dir(cfg.data_dir))
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
-                      accelerator.num_processes)
+                      accelerator.num_processes, cfg.length_buckets, tokenizer.num_special_tokens_to_add())
     total = batches.steps_per_epoch * cfg.epochs
     total = min(total, cfg.max_steps) if cfg.max_steps else total
     params = [p for p in objective.parameters() if p.requires_grad]
