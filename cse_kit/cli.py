@@ -63,16 +63,23 @@ def cmd_eval(args) -> int:
 
 
 def _pooler_of(model: str) -> str:
-    """The pooler a kit-trained model was exported with; other models must say it."""
+    """The pooler a kit-trained model was exported with, or the one a released checkpoint of the papers must be
+    evaluated with (cse_kit/papers/released.json); other models must say it."""
     from pathlib import Path
 
+    from .papers.released import lookup
     from .train.export import read_metadata
 
     meta = read_metadata(model) if Path(model).is_dir() else None
-    if not meta or "pooler" not in meta:
-        raise ValueError(f"--pooler is required for {model} (it has no cse_kit.json saying how it was trained)")
-    print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
-    return meta["pooler"]
+    if meta and "pooler" in meta:
+        print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
+        return meta["pooler"]
+    entry = lookup(model)
+    if entry:
+        print(f"pooler {entry['pooler']} (released checkpoint of {entry['paper']}; source: {entry['source']})")
+        return entry["pooler"]
+    raise ValueError(f"--pooler is required for {model} (it has no cse_kit.json saying how it was trained and is not "
+                     "a released checkpoint of the papers)")
 
 
 def cmd_train(args) -> int:

@@ -92,6 +92,10 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     return out
 
 
+#: appended to a paper row's label for the row that evaluates the authors' released checkpoint of that row
+RELEASED_SUFFIX = " (released checkpoint)"
+
+
 @dataclass
 class Row:
     """One row of a paper table: a preset with overrides (trained), or a pretrained model evaluated as it is."""
@@ -193,9 +197,10 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None,
     """One line per (row, column): the paper's value (`paper`'s Table `table`), mean ± std over seeds, n, and the
     difference.
     cell(row, column) -> (paper row, paper column) says where the paper's value is (default: the same labels;
-    sweeps such as Table 8 put our rows in the paper's columns). Cells the paper lacks show NaN."""
+    sweeps such as Table 8 put our rows in the paper's columns; a released checkpoint's row is compared with the row it
+    stands for). Cells the paper lacks show NaN."""
     published = paper_table(table, paper)
-    cell = cell or (lambda row, column: (row, column))
+    cell = cell or (lambda row, column: (row.removesuffix(RELEASED_SUFFIX), column))
     out = []
     for label, group in long.groupby("row", sort=False):
         ok = group[group.status == "ok"]

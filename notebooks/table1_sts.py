@@ -39,7 +39,7 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
 columns = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg."]
-long = ex.run_rows(diffcse.table1_rows(chosen), s, ("sts_test",), ex.sts_test_columns)
+long = ex.run_rows(diffcse.table1_rows(chosen, s.profile), s, ("sts_test",), ex.sts_test_columns)
 comparison = ex.compare(long, 1, columns)
 display(ex.show(comparison, "Table 1: STS test Spearman, paper vs reproduced"))
 

@@ -42,7 +42,7 @@ print(f"transfer evaluation: {evaluation}")
 
 # %%
 columns = ["MR", "CR", "SUBJ", "MPQA", "SST", "TREC", "MRPC", "Avg."]
-long = ex.run_rows(diffcse.table2_rows(chosen), s, (evaluation,), ex.transfer_test_columns)
+long = ex.run_rows(diffcse.table2_rows(chosen, s.profile), s, (evaluation,), ex.transfer_test_columns)
 comparison = ex.compare(long, 2, columns)
 display(ex.show(comparison, f"Table 2: transfer test accuracy ({evaluation}), paper vs reproduced"))
 

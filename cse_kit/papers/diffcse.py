@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..experiments import Row, check
 from ..train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable
+from .released import released_row
 
 #: notebook -> the DiffCSE artefacts it reproduces, in the paper's order (the report's coverage reads this)
 NOTEBOOKS = {
@@ -53,17 +54,30 @@ def check_generators(names: list) -> None:
     check(not bad, f"unknown generator(s) {bad}; choose from {', '.join(GENERATORS)}")
 
 
-def table1_rows(backbones: list[str]) -> list[Row]:
-    """STS test: SimCSE as the DiffCSE authors reproduced it, and DiffCSE's STS models."""
+#: backbone -> the released checkpoints of SimCSE and DiffCSE (STS and transfer models), cse_kit/papers/released.json
+RELEASED = {"bert": {"simcse": "princeton-nlp/unsup-simcse-bert-base-uncased",
+                     "sts": "voidism/diffcse-bert-base-uncased-sts", "transfer": "voidism/diffcse-bert-base-uncased-trans"},
+            "roberta": {"simcse": "princeton-nlp/unsup-simcse-roberta-base", "sts": "voidism/diffcse-roberta-base-sts",
+                        "transfer": "voidism/diffcse-roberta-base-trans"}}
+
+
+def table1_rows(backbones: list[str], profile: str) -> list[Row]:
+    """STS test: SimCSE (its authors' checkpoint, and as the DiffCSE authors reproduced it by training) and
+    DiffCSE's STS models (the released checkpoint, and ours)."""
     return [row for b in backbones for row in (
+        released_row(RELEASED[b]["simcse"], f"SimCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"SimCSE-{BACKBONE_LABELS[b]} (reproduce)", f"simcse-{b}"),
+        released_row(RELEASED[b]["sts"], f"DiffCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"DiffCSE-{BACKBONE_LABELS[b]}", f"diffcse-{b}-sts"))]
 
 
-def table2_rows(backbones: list[str]) -> list[Row]:
-    """Transfer test: SimCSE and DiffCSE's transfer models (selected on average transfer dev accuracy)."""
+def table2_rows(backbones: list[str], profile: str) -> list[Row]:
+    """Transfer test: SimCSE and DiffCSE's transfer models (selected on average transfer dev accuracy), each beside
+    its authors' released checkpoint."""
     return [row for b in backbones for row in (
+        released_row(RELEASED[b]["simcse"], f"SimCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"SimCSE-{BACKBONE_LABELS[b]}", f"simcse-{b}"),
+        released_row(RELEASED[b]["transfer"], f"DiffCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"DiffCSE-{BACKBONE_LABELS[b]}", f"diffcse-{b}-transfer"))]
 
 
