@@ -1,11 +1,12 @@
 """Training throughput on this machine (issue: training engine).
 
-  python bench/train_speed.py [--steps 8] [--batch-size 64] [--eval] [--glibc-default]
+  python bench/train_speed.py [--steps 8] [--batch-size 64] [--eval] [--glibc-default] [--methods SimCSE,ESimCSE]
 
-SimCSE and DiffCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as generator) against sentence-transformers'
-MultipleNegativesRankingLoss on the same model, batches (Wiki1M sample, max length 32) and optimizer, in rounds
-that alternate the three, so machine noise hits all alike. Prints median sentences/s, DiffCSE's measured cost over
-SimCSE beside its FLOP ratio, and (--eval) the share of wall time a dev evaluation every 125 steps takes.
+SimCSE, DiffCSE and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator) against
+sentence-transformers' MultipleNegativesRankingLoss on the same model, batches (Wiki1M sample, max length 32) and
+optimizer, in rounds that alternate them, so machine noise hits all alike. Prints median sentences/s, DiffCSE's
+and ESimCSE's measured cost over SimCSE beside their FLOP ratios, and (--eval) the share of wall time a dev
+evaluation every 125 steps takes.
 """
 
 import argparse
@@ -41,6 +42,37 @@ def flop_ratio(diffcse, head_fraction: float) -> float:
     disc = _nonembedding_params(diffcse.discriminator) + diffcse.rtd_head.weight.numel()
     simcse = 3 * 2 * enc
     return (simcse + 2 * gen + 3 * 2 * disc) / simcse
+
+
+def esimcse_flop_ratio(width: int, positive_width: int) -> float:
+    """Matmul FLOPs of an ESimCSE step over a SimCSE step on the same batch: the online encoder trains on both
+    views padded to the repeated view's width, and the momentum encoder runs forward (no backward) on the original
+    view only. Per position, forward = 2 FLOPs per weight and backward twice that; the encoder's size cancels. The
+    EMA adds 3 FLOPs per parameter once per step, nothing beside the batch's matmuls."""
+    simcse = 3 * 2 * width
+    return (3 * 2 * positive_width + width) / simcse
+
+
+def esimcse_parts(esimcse, batch) -> dict:
+    """Seconds of ESimCSE's additions on their own: the repetition, the fused EMA (and, for comparison, the same
+    update as a Python loop over the tensors), the momentum pass (forward only) with its enqueue."""
+    ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+    timed = {}
+    t = time.perf_counter()
+    pos_ids, _ = esimcse.positive(ids, mask, batch["example_index"])
+    timed["repetition"] = time.perf_counter() - t
+    t = time.perf_counter()
+    esimcse.update_momentum_encoder()
+    timed["EMA (fused)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    with torch.no_grad():
+        for p_m, p in zip(esimcse.momentum_encoder.parameters(), esimcse.encoder.parameters()):
+            p_m.mul_(esimcse.momentum).add_(p, alpha=1 - esimcse.momentum)
+    loop = time.perf_counter() - t
+    t = time.perf_counter()
+    esimcse.enqueue(esimcse.momentum_embeddings(ids, mask))
+    timed["momentum pass"] = time.perf_counter() - t
+    return timed, loop, max(ids.shape[1], pos_ids.shape[1])
 
 
 def projected_fraction(batch) -> float:
@@ -112,13 +144,19 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
     p.add_argument("--data-dir")
+    p.add_argument("--methods", default="SimCSE,DiffCSE,ESimCSE",
+                   help="comma-separated; DiffCSE needs the fitted MLM head (cse-kit fit-mlm-head)")
     p.add_argument("--glibc-default", action="store_true",
                    help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
     args = p.parse_args()
     if not args.glibc_default:
         keep_freed_memory()  # as `cse-kit train` does on CPU; it applies to every method timed here alike
-    cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
-            for name, preset in (("SimCSE", "simcse-bert"), ("DiffCSE", "diffcse-bert-sts"))}
+    presets = {"SimCSE": "simcse-bert", "DiffCSE": "diffcse-bert-sts", "ESimCSE": "esimcse-bert"}
+    methods = ["SimCSE", *(m for m in args.methods.split(",") if m != "SimCSE")]
+    if unknown := set(methods) - set(presets):
+        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(presets)}")
+    cfgs = {name: build_config(presets[name], "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
+            for name in methods}
     objectives = {}
     for name, cfg in cfgs.items():
         torch.manual_seed(0)
@@ -130,16 +168,21 @@ def main():
     order = batches.order(0)
     steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
     st_step = sentence_transformers_step(args.batch_size, 3e-5)
-    times = {"SimCSE": [], "DiffCSE": [], "sentence-transformers MNRL": []}
-    fractions, parts = [], []
+    times = {**{name: [] for name in methods}, "sentence-transformers MNRL": []}
+    fractions, parts, esimcse_timed, loops, widths = [], [], [], [], []
     for i in range(args.steps + 2):
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
-        measured = {"SimCSE": steps["SimCSE"](batch), "DiffCSE": steps["DiffCSE"](batch),
-                    "sentence-transformers MNRL": st_step(sentences)}
+        measured = {**{name: steps[name](batch) for name in methods}, "sentence-transformers MNRL": st_step(sentences)}
         if i >= 2:
-            fractions.append(projected_fraction(batch))
-            parts.append(diffcse_parts(objectives["DiffCSE"], batch))
+            if "DiffCSE" in methods:
+                fractions.append(projected_fraction(batch))
+                parts.append(diffcse_parts(objectives["DiffCSE"], batch))
+            if "ESimCSE" in methods:
+                timed, loop, width = esimcse_parts(objectives["ESimCSE"], batch)
+                esimcse_timed.append(timed)
+                loops.append(loop)
+                widths.append(esimcse_flop_ratio(batch["input_ids"].shape[-1], width))
             for k, v in measured.items():
                 times[k].append(v)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -149,17 +192,24 @@ def main():
     for k, v in med.items():
         print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
     print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")
-    print(f"  DiffCSE / SimCSE step time: measured {med['DiffCSE'] / med['SimCSE']:.2f}x, "
-          f"FLOP ratio {flop_ratio(objectives['DiffCSE'], statistics.mean(fractions)):.2f}x "
-          f"(generator projection on {100 * statistics.mean(fractions):.0f}% of positions)")
-    part = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
-    print("  DiffCSE's additions timed on their own: " + ", ".join(f"{k} {v:.3f} s" for k, v in part.items())
-          + f"; SimCSE step + these = {(med['SimCSE'] + sum(part.values())) / med['SimCSE']:.2f}x a SimCSE step")
+    if "DiffCSE" in methods:
+        print(f"  DiffCSE / SimCSE step time: measured {med['DiffCSE'] / med['SimCSE']:.2f}x, "
+              f"FLOP ratio {flop_ratio(objectives['DiffCSE'], statistics.mean(fractions)):.2f}x "
+              f"(generator projection on {100 * statistics.mean(fractions):.0f}% of positions)")
+        part = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+        print("  DiffCSE's additions timed on their own: " + ", ".join(f"{k} {v:.3f} s" for k, v in part.items())
+              + f"; SimCSE step + these = {(med['SimCSE'] + sum(part.values())) / med['SimCSE']:.2f}x a SimCSE step")
+    if "ESimCSE" in methods:
+        print(f"  ESimCSE / SimCSE step time: measured {med['ESimCSE'] / med['SimCSE']:.2f}x, "
+              f"FLOP ratio {statistics.mean(widths):.2f}x (repeated view widens the padded batch; momentum pass on x)")
+        part = {k: statistics.median(p[k] for p in esimcse_timed) for k in esimcse_timed[0]}
+        print("  ESimCSE's additions timed on their own: " + ", ".join(f"{k} {v:.4f} s" for k, v in part.items())
+              + f"; the EMA as a Python loop over tensors {statistics.median(loops):.4f} s")
     if args.eval:
         dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
         calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]
         e = statistics.median(calls)
-        for k in ("SimCSE", "DiffCSE"):
+        for k in methods:
             share = e / (e + 125 * med[k])
             print(f"  dev evaluation every 125 steps, {k}: {e:.1f} s per call = {100 * share:.1f}% of wall time")
 
