@@ -4,6 +4,7 @@ repetition statistics measured over many draws, length buckets, and a resume wit
 import json
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -337,3 +338,64 @@ def test_resume_with_a_non_empty_queue_equals_an_uninterrupted_run(data_dir, tmp
     a, b = (load_file(str(tmp_path / d / "model" / "model.safetensors")) for d in ("whole", "cut"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not any("momentum" in k or "queue" in k for k in a)  # only the encoder is exported
+
+
+# ---- notebooks ----------------------------------------------------------------------------------------------------
+
+def _notebook(name, tmp_path, data_dir, **params):
+    import nbformat
+    import papermill
+
+    out = tmp_path / f"{name}.out.ipynb"
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out), kernel_name="python3", cwd=str(notebooks),
+                               progress_bar=False, parameters={"data_dir": str(data_dir), "profile": "smoke",
+                                                               "results_dir": str(tmp_path / "results"), **params})
+    return nbformat.read(out, as_version=4)
+
+
+@pytest.mark.parametrize("name,params,message", [
+    ("esimcse_table9_dup_rate", {"dup_rate": 1.5}, "dup_rate must be"),
+    ("esimcse_table10_queue", {"queue_factor": -1}, "multiples of the batch size"),
+    ("esimcse_table6_bucketing", {"bucket": "8-3"}, "bucket settings"),
+    ("esimcse_table5_extension", {"extension": "+Shuffling"}, "length-extension methods"),
+    ("esimcse_table3_sts", {"backbone": "gpt2"}, "unknown backbone"),
+])
+def test_bad_notebook_parameters_fail_in_the_first_cell(name, params, message, tmp_path, data_dir):
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError, match=message):
+        _notebook(name, tmp_path, data_dir, **params)
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow  # two smoke trainings and their STS-B dev evaluations
+def test_table9_single_dup_rate_shows_the_papers_value(tmp_path, data_dir):
+    from cse_kit import report
+
+    nb = _notebook("esimcse_table9_dup_rate", tmp_path, data_dir, dup_rate=0.32)
+    [row] = report.table_of(nb)["comparison"]
+    assert row["row"] == "0.32" and row["paper"] == 84.85 and row["n"] == 2
+    shown = "".join(o.get("data", {}).get("text/html", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "84.85" in shown
+
+
+def test_table_rows_share_runs_and_follow_the_paper():
+    from cse_kit.papers import esimcse
+    from cse_kit.paper import paper_table
+
+    t9 = {r.label: r for r in esimcse.table9_rows(esimcse.DUP_RATES)}
+    assert list(t9) == list(paper_table(9, "esimcse").columns)
+    t10 = {r.label: r for r in esimcse.table10_rows(esimcse.QUEUE_FACTORS, "paper")}
+    assert list(t10) == list(paper_table(10, "esimcse").index)
+    same = [build_config(r.preset, "paper", r.overrides) for r in (t9["0.32"], t10["2.5 × batch_size"])]
+    assert same[0] == same[1] == build_config("esimcse-bert", "paper")  # one run behind both (and Table 4's ESimCSE)
+    t6 = esimcse.table6_rows(esimcse.BUCKETS)
+    assert [r.label for r in t6] == list(paper_table(6, "esimcse").columns)
+    assert build_config(t6[0].preset, "paper", t6[0].overrides).esimcse_queue_size() == 0
+    t5 = esimcse.table5_rows(list(esimcse.EXTENSIONS))
+    assert [r.label for r in t5] == list(paper_table(5, "esimcse").index)
+    assert build_config(t5[-1].preset, "paper", t5[-1].overrides) == same[0]
+    t3 = esimcse.table3_rows(list(esimcse.BACKBONE_LABELS), "cpu")
+    assert {r.label.removesuffix(" (released checkpoint)") for r in t3} == set(paper_table(3, "esimcse").index)
+    assert [r.preset for r in t3 if r.preset] == [f"esimcse-{b}" for b in esimcse.BACKBONE_LABELS]

@@ -10,6 +10,7 @@ training-only state of the objective (persistent buffers and frozen parameters, 
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 
 import torch
@@ -125,7 +126,8 @@ class LengthExtender:
             return None
         if example_index is None:
             raise ValueError("official-code repetition is fixed per sentence and needs the batch's example_index")
-        return torch.Generator().manual_seed(self.seed * 2**32 + example_index)
+        key = hashlib.blake2b(f"{self.seed}:{example_index}".encode(), digest_size=4).digest()
+        return torch.Generator().manual_seed(int.from_bytes(key, "little"))  # the CPU generator keeps 32 bits
 
     def extend_row(self, ids: list[int], rng) -> tuple[list[int], list[bool]]:
         """(new ids, inserted flags) of one sentence without padding."""
