@@ -1,12 +1,13 @@
 """Training throughput on this machine (issue: training engine).
 
-  python bench/train_speed.py [--steps 8] [--batch-size 64] [--eval] [--glibc-default] [--methods SimCSE,ESimCSE]
+  python bench/train_speed.py [--steps 8] [--batch-size 64] [--methods simcse,diffcse,scd,esimcse,st] [--eval]
+                              [--glibc-default]
 
-SimCSE, DiffCSE and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator) against
-sentence-transformers' MultipleNegativesRankingLoss on the same model, batches (Wiki1M sample, max length 32) and
-optimizer, in rounds that alternate them, so machine noise hits all alike. Prints median sentences/s, DiffCSE's
-and ESimCSE's measured cost over SimCSE beside their FLOP ratios, and (--eval) the share of wall time a dev
-evaluation every 125 steps takes.
+SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
+3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
+(Wiki1M sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike. Prints
+median sentences/s, DiffCSE's, SCD's and ESimCSE's measured cost over SimCSE beside their FLOP ratios, and (--eval)
+the share of wall time a dev evaluation every 125 steps takes.
 """
 
 import argparse
@@ -42,6 +43,21 @@ def flop_ratio(diffcse, head_fraction: float) -> float:
     disc = _nonembedding_params(diffcse.discriminator) + diffcse.rtd_head.weight.numel()
     simcse = 3 * 2 * enc
     return (simcse + 2 * gen + 3 * 2 * disc) / simcse
+
+
+def scd_flop_ratio(scd, simcse, length: int) -> float:
+    """Matmul FLOPs (2 per weight; backward = 2x forward) of an SCD step over a SimCSE step on the same N sentences
+    padded to `length`: both run the encoder over 2N sequences (SimCSE in one pass over both views, SCD in one pass
+    per view); SimCSE adds its d x d MLP on 2N vectors, SCD its projector on 2N vectors and the W x W
+    cross-correlation, an (N x W)-by-(N x W) product (2 N W^2 forward, twice that backward)."""
+    per_sentence = _nonembedding_params(scd.encoder) * length
+    width = scd.bn.num_features
+    scd_cost = per_sentence + _linear_params(scd.projector) + width ** 2 / 2
+    return scd_cost / (per_sentence + _linear_params(simcse.projector))
+
+
+def _linear_params(module) -> int:
+    return sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
 
 
 def esimcse_flop_ratio(width: int, positive_width: int) -> float:
@@ -142,21 +158,21 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8, help="timed steps per method (after 2 warm-up steps)")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--methods", default="simcse,diffcse,scd,esimcse,st",
+                   help="comma-separated subset of simcse, diffcse, scd, esimcse, st (SimCSE is always timed); "
+                        "diffcse needs the fitted MLM head (cse-kit fit-mlm-head)")
     p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
     p.add_argument("--data-dir")
-    p.add_argument("--methods", default="SimCSE,DiffCSE,ESimCSE",
-                   help="comma-separated; DiffCSE needs the fitted MLM head (cse-kit fit-mlm-head)")
     p.add_argument("--glibc-default", action="store_true",
                    help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
     args = p.parse_args()
     if not args.glibc_default:
         keep_freed_memory()  # as `cse-kit train` does on CPU; it applies to every method timed here alike
-    presets = {"SimCSE": "simcse-bert", "DiffCSE": "diffcse-bert-sts", "ESimCSE": "esimcse-bert"}
-    methods = ["SimCSE", *(m for m in args.methods.split(",") if m != "SimCSE")]
-    if unknown := set(methods) - set(presets):
-        p.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(presets)}")
-    cfgs = {name: build_config(presets[name], "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
-            for name in methods}
+    chosen = set(args.methods.split(",")) | {"simcse"}
+    presets = {"simcse": ("SimCSE", "simcse-bert"), "diffcse": ("DiffCSE", "diffcse-bert-sts"),
+               "scd": ("SCD", "scd-bert"), "esimcse": ("ESimCSE", "esimcse-bert")}
+    cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
+            for key, (name, preset) in presets.items() if key in chosen}
     objectives = {}
     for name, cfg in cfgs.items():
         torch.manual_seed(0)
@@ -167,18 +183,20 @@ def main():
     texts = [ex[0] for ex in load_examples("Wiki1M-sample", args.data_dir)]
     order = batches.order(0)
     steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
-    st_step = sentence_transformers_step(args.batch_size, 3e-5)
-    times = {**{name: [] for name in methods}, "sentence-transformers MNRL": []}
-    fractions, parts, esimcse_timed, loops, widths = [], [], [], [], []
+    if "st" in chosen:
+        steps["sentence-transformers MNRL"] = sentence_transformers_step(args.batch_size, 3e-5)
+    times = {name: [] for name in steps}
+    fractions, parts, lengths, esimcse_timed, loops, widths = [], [], [], [], [], []
     for i in range(args.steps + 2):
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
-        measured = {**{name: steps[name](batch) for name in methods}, "sentence-transformers MNRL": st_step(sentences)}
+        measured = {name: step(sentences if name.startswith("sentence") else batch) for name, step in steps.items()}
         if i >= 2:
-            if "DiffCSE" in methods:
-                fractions.append(projected_fraction(batch))
+            fractions.append(projected_fraction(batch))
+            lengths.append(batch["input_ids"].shape[-1])
+            if "DiffCSE" in objectives:
                 parts.append(diffcse_parts(objectives["DiffCSE"], batch))
-            if "ESimCSE" in methods:
+            if "ESimCSE" in objectives:
                 timed, loop, width = esimcse_parts(objectives["ESimCSE"], batch)
                 esimcse_timed.append(timed)
                 loops.append(loop)
@@ -191,15 +209,22 @@ def main():
           f"malloc {'glibc default' if args.glibc_default else 'keeping freed memory'}")
     for k, v in med.items():
         print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
-    print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")
-    if "DiffCSE" in methods:
+    if "sentence-transformers MNRL" in med:
+        print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")
+    if "DiffCSE" in med:
         print(f"  DiffCSE / SimCSE step time: measured {med['DiffCSE'] / med['SimCSE']:.2f}x, "
               f"FLOP ratio {flop_ratio(objectives['DiffCSE'], statistics.mean(fractions)):.2f}x "
               f"(generator projection on {100 * statistics.mean(fractions):.0f}% of positions)")
         part = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
         print("  DiffCSE's additions timed on their own: " + ", ".join(f"{k} {v:.3f} s" for k, v in part.items())
               + f"; SimCSE step + these = {(med['SimCSE'] + sum(part.values())) / med['SimCSE']:.2f}x a SimCSE step")
-    if "ESimCSE" in methods:
+    if "SCD" in med:
+        length = statistics.mean(lengths)
+        print(f"  SCD / SimCSE step time: measured {med['SCD'] / med['SimCSE']:.2f}x, FLOP ratio "
+              f"{scd_flop_ratio(objectives['SCD'], objectives['SimCSE'], length):.2f}x (batches padded to "
+              f"{length:.0f} tokens on average; the optimizer update of the projector's "
+              f"{_linear_params(objectives['SCD'].projector) / 1e6:.1f} M weights is not counted)")
+    if "ESimCSE" in med:
         print(f"  ESimCSE / SimCSE step time: measured {med['ESimCSE'] / med['SimCSE']:.2f}x, "
               f"FLOP ratio {statistics.mean(widths):.2f}x (repeated view widens the padded batch; momentum pass on x)")
         part = {k: statistics.median(p[k] for p in esimcse_timed) for k in esimcse_timed[0]}
@@ -209,7 +234,7 @@ def main():
         dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
         calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]
         e = statistics.median(calls)
-        for k in methods:
+        for k in objectives:
             share = e / (e + 125 * med[k])
             print(f"  dev evaluation every 125 steps, {k}: {e:.1f} s per call = {100 * share:.1f}% of wall time")
 

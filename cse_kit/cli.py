@@ -36,25 +36,44 @@ def cmd_data(args) -> int:
         for path in args.paths:
             placed = data.import_path(path, args.data_dir)
             print(f"{path}: imported {', '.join(placed)}")
-    report = data.status(args.data_dir, getattr(args, "names", None) or None)
+    root = data.resolve_data_dir(args.data_dir)
+    fill = ("Fill it with `cse-kit data import ARCHIVE...` (the archives of ../shared/data, or your own copies) or "
+            "`cse-kit data download` (needs internet)")
+    if not root.is_dir():
+        print(f"cse-kit: data directory {root} does not exist (misspelt --data-dir or $CSE_KIT_DATA?). {fill}.",
+              file=sys.stderr)
+        return 1
+    named = getattr(args, "names", None) or None
+    report = data.status(args.data_dir, named)
+    if not any(r["present"] for r in report["datasets"].values()):
+        print(f"cse-kit: data directory {root} holds none of the {len(report['datasets'])} datasets asked for. "
+              f"{fill}.", file=sys.stderr)
+        return 1
     if getattr(args, "json", False):
         print(json.dumps(report, indent=1))
     else:
         print(f"data directory: {data.resolve_data_dir(args.data_dir)}")
         _print_status(report)
+    # a named dataset must be there and verified; without names, every dataset that is there must be verified
+    bad = [n for n, r in report["datasets"].items() if not r["verified"] and (named or r["present"])]
+    if bad:
+        print(f"cse-kit: not verified: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an intact copy, "
+              f"or `cse-kit data download {' '.join(bad)}`", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_eval(args) -> int:
     from .eval import Encoder, evaluate, format_tables, parse_tasks
     from .io import write_json_atomic
-    from .models import load_model
+    from .models import load_model, resolve_reference
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
+    resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
     pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
-    encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_length=args.max_length,
-                      device=args.device, amp=not args.no_amp)
+    encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                      max_length=args.max_length, device=args.device, amp=args.amp)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
@@ -85,7 +104,15 @@ def _pooler_of(model: str) -> str:
 def cmd_train(args) -> int:
     from .train import build_config, train
 
-    cfg = build_config(args.preset, args.profile, _train_overrides(args))
+    from .experiments import resolve_profile
+
+    profile = resolve_profile(args.profile)
+    if args.profile == "auto":
+        import torch
+
+        print(f"profile {profile} (auto: {'a CUDA GPU' if torch.cuda.is_available() else 'no CUDA GPU'}; "
+              "--profile paper, cpu or smoke to choose)")
+    cfg = build_config(args.preset, profile, _train_overrides(args))
     summary = train(cfg, progress=not args.no_progress)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
@@ -130,6 +157,14 @@ def cmd_report(args) -> int:
 
     if args.list:
         return cmd_status(args)
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
+        import os
+
+        from .parallel import CLUSTER_ENV, WORKERS_ENV
+
+        os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
     index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
@@ -183,9 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the result JSON here")
     p.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's default 1111)")
     p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="batches of this many (padded) tokens instead of --batch-size sentences (default: 16384 on "
+                        "CUDA, none on CPU)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: none)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--no-amp", action="store_true", help="encode in fp32 on GPU")
+    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on GPU (faster, not the "
+                                                     "papers' fp32 protocol; recorded in the result)")
     _data_dir_arg(p)
     p.set_defaults(func=cmd_eval)
 
@@ -196,9 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
                               "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
     p.add_argument("--preset", required=True, choices=list(PRESETS))
-    p.add_argument("--profile", default="paper", choices=list(PROFILES),
+    p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
                    help="paper: the papers' models and Wiki1M (GPU, Hub); cpu: all-MiniLM-L6-v2 on the local Wiki1M "
-                        "sample; smoke: tiny random models, seconds")
+                        "sample; smoke: tiny random models, seconds; auto (default, as the notebooks): paper with a "
+                        "CUDA GPU, else cpu")
     p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
     p.add_argument("--seed", type=int)
     p.add_argument("--max-steps", type=int)
@@ -232,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--list", action="store_true", help="print the coverage matrix and execute nothing (= cse-kit status)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
+                        "jobs with --cluster slurm; the results store's locks keep any run from being trained twice")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
+                   help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
+                        "e.g. '{\"slurm_partition\": \"gpu\"}'")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("status", help="the coverage matrix of the four papers' tables and figures (executes nothing)")
@@ -252,6 +298,10 @@ def main(argv=None) -> int:
     except (DataError, ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every write is atomic and runs resume from their last checkpoint
+        print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to "
+              f"{'resume' if args.command in ('train', 'report') else 'start again'}.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

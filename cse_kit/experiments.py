@@ -17,9 +17,9 @@ import pandas as pd
 # tqdm.auto, imported by the libraries below, warns in a kernel without ipywidgets; the kit's bars are plain tqdm
 warnings.filterwarnings("ignore", message="IProgress not found")
 
+from . import parallel  # noqa: E402
 from .io import write_json_atomic  # noqa: E402
-from .paper import paper_table  # noqa: E402
-from .papers import paper_key  # noqa: E402
+from .paper import paper_key, paper_table  # noqa: E402
 from .results import Pretrained, ResultStore  # noqa: E402
 from .train.presets import PROFILES, ProfileUnavailable, build_config
 
@@ -74,9 +74,45 @@ class Setup:
     profile: str
     seeds: list[int]
     store: ResultStore
+    workers: int = 1  # parallel workers for a table's pending runs (CSE_KIT_WORKERS; cse_kit.parallel)
+    cluster: str = "local"
 
     def describe(self) -> str:
-        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}"
+        workers = f"; {self.workers} workers ({self.cluster})" if self.workers > 1 else ""
+        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}{workers}"
+
+
+def _assigned_names(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def refuse_unknown_parameters() -> None:
+    """papermill injects every `-p name value` as a cell right after the tagged `parameters` cell, whatever the
+    name, so a misspelt one (`-p lamda 0.1`) would leave the default sweep to run. The kernel's input history holds
+    both cells: a name the injected cell sets that the parameters cell does not declare is refused."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    cells = list(shell.user_ns.get("In", [])) if shell is not None else []
+    injected = [i for i, cell in enumerate(cells) if i > 0 and cell.lstrip().startswith("# Parameters")]
+    if not injected:
+        return
+    declared = _assigned_names(cells[injected[-1] - 1])
+    unknown = sorted(_assigned_names(cells[injected[-1]]) - declared)
+    check(not unknown, f"unknown notebook parameter(s) {unknown}; this notebook takes: {', '.join(sorted(declared))} "
+                       "(`papermill --help-notebook NOTEBOOK` lists them with their help)")
 
 
 def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", results_dir: str = "",
@@ -84,10 +120,11 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     """The first cell's call: resolves the profile and the seeds (the profile's default when empty) and opens the
     results store. Prints the profile, which every number is recorded with."""
     _quiet()
+    refuse_unknown_parameters()
     profile = resolve_profile(profile)
     seeds = list(seeds) if seeds else list(PROFILES[profile]["report"]["seeds"])
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
-    out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force))
+    out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force), *parallel.settings())
     print(out.describe())
     return out
 
@@ -124,9 +161,24 @@ def row_records(row: Row, s: Setup, evals: tuple) -> list[dict]:
     return [s.store.get(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
 
 
+def _compute_in_parallel(rows: list[Row], s: Setup, evals: tuple) -> None:
+    """With workers, the rows' pending runs are computed by them first; the caller then only reads records.
+    (Not under force: recomputing "once" is a promise of one process.)"""
+    if s.workers <= 1 or s.store.force:
+        return
+    tasks = []
+    for row in rows:
+        try:
+            tasks += [(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
+        except ProfileUnavailable:
+            continue
+    parallel.compute_all(s.store, tasks, s.workers, s.cluster)
+
+
 def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
     """Long table: one line per (row, seed) with status, reason and the columns metrics(record) returns.
     Pretrained rows are deterministic and run once. Rows the profile cannot run are kept, marked `not run`."""
+    _compute_in_parallel(rows, s, evals)
     lines = []
     for row in rows:
         try:
@@ -141,6 +193,7 @@ def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
 
 def records(rows: list[Row], s: Setup, evals: tuple) -> dict[str, list[dict]]:
     """label -> the records of its seeds (rows the profile cannot run are left out; run_rows reports them)."""
+    _compute_in_parallel(rows, s, evals)
     out = {}
     for row in rows:
         try:

@@ -44,12 +44,37 @@ def swap_dir(new, path) -> Path:
     return path
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_abandoned(parent, prefix: str) -> list[Path]:
+    """Remove the temporary folders `<parent>/<prefix><pid>-*` that a killed process left behind (its pid is no
+    longer running; a name without a pid comes from an older kit and is removed too). Returns what was removed."""
+    removed = []
+    for path in Path(parent).glob(f"{prefix}*"):
+        pid = path.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or _alive(int(pid))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 @contextmanager
 def atomic_dir(path):
-    """Yields a temporary folder beside `path` that replaces `path` (swap_dir) when the block succeeds."""
+    """Yields a temporary folder beside `path` that replaces `path` (swap_dir) when the block succeeds; the
+    temporary folders of killed writers are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new.", dir=path.parent))
+    remove_abandoned(path.parent, f".{path.name}.new.")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.new.{os.getpid()}-", dir=path.parent))
     try:
         yield tmp
     except BaseException:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import re
+import warnings
+import weakref
 from pathlib import Path
 
 #: Short names. A value is a Hub id; a name may also have an offline copy shipped by a Python package.
@@ -68,11 +73,25 @@ def build_smoke_model(name: str, *, model_class=None, seed: int = 0, **kwargs):
     return tokenizer, model.eval()
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def looks_like_hub_id(ref: str) -> bool:
+    """`bert-base-uncased`, `princeton-nlp/unsup-simcse-bert-base-uncased`: a name, or one owner and one name.
+    A path with more parts, or starting with `.`, `/` or `~`, is a path."""
+    return bool(HUB_ID.match(ref))
+
+
 def resolve_reference(ref: str, data_dir=None) -> str:
     """A local directory, or a Hub id. Short names prefer a packaged offline copy; fitted MLM heads live in
-    <data_dir>/models."""
+    <data_dir>/models. A path that does not exist is said to be one (not sent to the Hub)."""
     if Path(ref).expanduser().is_dir():
         return str(Path(ref).expanduser())
+    if Path(ref).expanduser().exists():
+        raise ModelNotFoundError(f"{ref} is a file, not a model directory (a folder with config.json and weights)")
+    if ref not in SMOKE_MODELS and not looks_like_hub_id(ref):
+        raise ModelNotFoundError(f"model path {ref} does not exist (nothing at {Path(ref).expanduser().resolve()}); "
+                                 "give an existing model directory, a short name or a Hub id")
     if ref in FITTED_MLM:
         path = fitted_mlm_dir(ref, data_dir)
         if not (path / "config.json").is_file():
@@ -100,9 +119,18 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     offline = offline_mode() if offline is None else offline
     resolved = resolve_reference(ref, data_dir)
     local = Path(resolved).is_dir()
+    if not (local or offline or _in_hub_cache(resolved)):
+        unreachable = hub_unreachable()
+        if unreachable:  # fail now, not after a minute of transformers' retries
+            raise ModelNotFoundError(
+                f"cannot load {ref!r}: it is not in the local Hugging Face cache and the Hub cannot be reached "
+                f"({unreachable}). Without internet, use the cpu or smoke profile (--profile cpu), a local model "
+                f"directory, or fetch it elsewhere with `hf download {resolved}` and copy the cache.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline)
-        model = model_class.from_pretrained(resolved, local_files_only=offline, **kwargs)
+        with _quiet_loading():
+            model, info = model_class.from_pretrained(resolved, local_files_only=offline, output_loading_info=True,
+                                                      **kwargs)
     except (OSError, ValueError) as e:  # transformers raises ValueError for a folder without tokenizer files
         if local:
             raise ModelNotFoundError(f"{resolved} is not a loadable model directory ({e})") from None
@@ -112,6 +140,58 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
             if ref in OFFLINE_PACKAGES else ""
         raise ModelNotFoundError(
             f"cannot load {ref!r} (resolved to Hub id {resolved!r}): {hint}. Fix: on a machine with internet run "
-            f"`huggingface-cli download {resolved}` (the cache is reused offline), or pass a local directory"
+            f"`hf download {resolved}` (the Hub's CLI, from huggingface_hub; the cache is reused offline), or pass "
+            "a local directory"
             f"{package}.") from None
+    _NEWLY_INITIALIZED[model] = frozenset(info["missing_keys"])
+    unexpected_missing = sorted(k for k in info["missing_keys"] if not k.startswith("pooler."))
+    if unexpected_missing:
+        warnings.warn(f"{ref}: {len(unexpected_missing)} weights are not in the checkpoint and start random "
+                      f"(e.g. {', '.join(unexpected_missing[:3])})", stacklevel=2)
     return tokenizer, model
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+@functools.lru_cache(maxsize=1)
+def hub_unreachable() -> str | None:
+    """Why the Hub cannot be reached (one quick request, proxies honoured as downloads honour them), or None."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=5)
+    except Exception as err:  # any transport failure means a download would fail the same way, only slower
+        return f"{constants.ENDPOINT}: {type(err).__name__}: {err}"
+    return None
+
+
+#: model -> the weight names its checkpoint lacked (newly initialised at load)
+_NEWLY_INITIALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def newly_initialized(model) -> frozenset[str]:
+    """The weights of a model loaded by load_model that its checkpoint did not hold (random): a kit-trained encoder
+    has no BERT pooler layer (`pooler.*`), which is expected and not reported; anything else is warned about."""
+    return _NEWLY_INITIALIZED.get(model, frozenset())
+
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """transformers prints a load report (the pooler a kit encoder is saved without, as MISSING) and a progress bar at
+    every load; the kit says what matters itself."""
+    from transformers.utils import logging
+
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()

@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from .papers import PAPERS, paper_key
-
 VALUES_DIR = Path(__file__).with_name("papers") / "values"
+#: key -> the paper's name, in the order the report shows them (DiffCSE, the primary paper, first)
+PAPERS = {"diffcse": "DiffCSE", "scd": "SCD", "esimcse": "ESimCSE", "diffaug": "DiffAug"}
+
+
+def paper_key(paper: str) -> str:
+    """`scd`, `SCD` -> `scd`; an unknown paper names the known ones."""
+    key = paper.lower()
+    if key not in PAPERS:
+        raise KeyError(f"unknown paper {paper!r}; choose one of: {', '.join(PAPERS)}")
+    return key
 
 
 @lru_cache(maxsize=None)

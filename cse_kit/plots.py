@@ -83,24 +83,38 @@ def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of
     return fig
 
 
-def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]] | None = None):
-    """DiffCSE Table 11 as Wang & Isola's plane: alignment against uniformity, lower-left is better."""
-    fig, ax = plt.subplots(figsize=(5, 4))
-    # labels fan out in turn (up, down, further up ...) so points close together do not print over each other
-    offsets = [(6, 6), (6, -12), (6, 16), (6, -22), (6, 26)]
-    for i, (label, (a, u)) in enumerate(points.items()):
-        ax.scatter(u, a, color=OURS_STYLE["color"])
-        ax.annotate(label, (u, a), fontsize=8, xytext=offsets[i % len(offsets)], textcoords="offset points",
+def _label_points(ax, ours: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]]) -> None:
+    """Labels of (x, y) points. They fan out in turn (up, down, further up ...) so points close together do not print
+    over each other, and a point in the right half is labelled to its left so its label stays inside the axes."""
+    labelled = [(label, xy, OURS_STYLE["color"]) for label, xy in ours.items()]
+    labelled += [(f"{label} (paper)", xy, PAPER_STYLE["color"]) for label, xy in paper.items()]
+    xs = [x for _, (x, _), _ in labelled]
+    middle = (min(xs) + max(xs)) / 2 if xs else 0.0
+    fan = [6, -10, 18, -22, 30, -34]  # 12 points apart: more than a line of 8-point text
+    for i, (label, (x, y), colour) in enumerate(labelled):
+        left = x > middle
+        ax.annotate(label, (x, y), fontsize=8, color=colour, xytext=(-6 if left else 6, fan[i % len(fan)]),
+                    textcoords="offset points", ha="right" if left else "left",
                     arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
-    for i, (label, (a, u)) in enumerate((paper or {}).items()):
-        ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
-        ax.annotate(f"{label} (paper)", (u, a), fontsize=8, color=PAPER_STYLE["color"],
-                    xytext=offsets[(i + 1) % len(offsets)], textcoords="offset points",
-                    arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+
+
+def _alignment_axes(ax, title: str) -> None:
     ax.margins(0.25)
     ax.set_xlabel("uniformity (lower is better)")
     ax.set_ylabel("alignment (lower is better)")
-    ax.set_title("Alignment and uniformity, STS-B test")
+    ax.set_title(title)
+
+
+def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]] | None = None):
+    """DiffCSE Table 11 as Wang & Isola's plane: alignment against uniformity, lower-left is better."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    paper = paper or {}
+    for (a, u) in points.values():
+        ax.scatter(u, a, color=OURS_STYLE["color"])
+    for (a, u) in paper.values():
+        ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
+    _label_points(ax, {k: (u, a) for k, (a, u) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
+    _alignment_axes(ax, "Alignment and uniformity, STS-B test")
     fig.tight_layout()
     return fig
 
@@ -110,3 +124,21 @@ def to_data_uri(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def align_uniform_sts(points: dict[str, tuple[float, float, float]], paper: dict[str, tuple[float, float]] | None = None,
+                      title: str = "Alignment vs uniformity"):
+    """SCD Figure 2: uniformity (x) against alignment (y), each model coloured by its average STS; the paper's
+    points (alignment, uniformity) as squares."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    paper = paper or {}
+    if points:
+        a, u, sts = zip(*points.values())
+        dots = ax.scatter(u, a, c=sts, cmap="coolwarm", s=60)
+        fig.colorbar(dots, ax=ax, label="average STS (ours)")
+    for (a, u) in paper.values():
+        ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
+    _label_points(ax, {k: (u, a) for k, (a, u, _) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
+    _alignment_axes(ax, title)
+    fig.tight_layout()
+    return fig

@@ -49,24 +49,30 @@ def decimals_like(x: float) -> int | None:
 def fmt_ours(mean: float, std: float, n: int) -> str:
     if n == 0 or math.isnan(mean):
         return "not run"
+    if n == 1:  # one value, e.g. a setting: as the paper prints its numbers (64, 0.005, 7e-06)
+        return f"{fmt_number(mean)} (n=1)"
+    if mean != 0 and abs(mean) < 1e-3:  # e.g. a collapsed smoke model's alignment: scientific, not 0.00000580
+        return f"{mean:.2e} ± {std:.1e}"
     d = decimals_like(mean)
-    return f"{mean:.{d}f} ± {std:.{d}f}" if n > 1 else f"{mean:.{d}f} (n=1)"
+    return f"{mean:.{d}f} ± {std:.{d}f}"
 
 
 def fmt_diff(diff: float, mean: float) -> str:
-    return "" if math.isnan(diff) else f"{diff:+.{decimals_like(mean)}f}"
+    """Δ with its mean's precision, at most 4 decimals (a tiny mean far from the paper's value)."""
+    return "" if math.isnan(diff) else f"{diff:+.{min(4, decimals_like(mean))}f}"
 
 
 def _cell_html(line) -> str:
     if line.n == 0 or math.isnan(line.mean):
         reason = html.escape(str(line.reason or ""))
-        return (f"<span class='paper'>{fmt_number(line.paper)}</span> | "
+        return (f"<span class='paper'>{fmt_number(line.paper)}</span><br>"
                 f"<span class='notrun' title='{reason}'>not run</span>")
-    parts = [f"<span class='paper'>{fmt_number(line.paper)}</span>", f"<b>{fmt_ours(line.mean, line.std, line.n)}</b>"]
+    # paper above ours and Δ: two short lines keep an 8-column table inside a 1400-px window
+    ours = f"<b>{fmt_ours(line.mean, line.std, line.n)}</b>"
     if not math.isnan(line.diff):
         colour = GREEN if abs(line.diff) <= tolerance_of(line) + 1e-12 else RED
-        parts.append(f"<span class='delta' style='color:{colour}'>{fmt_diff(line.diff, line.mean)}</span>")
-    return " | ".join(parts)
+        ours += f" <span class='delta' style='color:{colour}'>{fmt_diff(line.diff, line.mean)}</span>"
+    return f"<span class='paper'>{fmt_number(line.paper)}</span><br>{ours}"
 
 
 def tolerance_caption(comparison: pd.DataFrame) -> str:
@@ -77,24 +83,29 @@ def tolerance_caption(comparison: pd.DataFrame) -> str:
     for tol, columns in sorted(tolerances.items()):
         what = ", ".join(sorted(columns)) if tol != DEFAULT_TOLERANCE else "scores (Spearman ×100, accuracy %)"
         rules.append(f"{what}: exact" if tol == 0 else f"{what}: within {fmt_number(tol)}")
-    return "each cell: paper | ours (mean ± std over seeds) | Δ = ours − paper; Δ green when " + "; ".join(rules)
+    return ("each cell: the paper's number, below it ours (mean ± std over seeds) and Δ = ours − paper; Δ green when "
+            + "; ".join(rules))
 
 
 def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
-    """The comparison as an HTML table in the paper's layout: its rows, its columns, one coloured cell each."""
+    """The comparison as HTML tables in the paper's layout: its rows, its columns, one coloured cell each. Rows with
+    different columns (a notebook of several tables, e.g. Tables 12-14) get one table per set of columns."""
     if comparison.empty:
         return "<p class='note'>nothing to compare</p>"
-    rows = list(dict.fromkeys(comparison.row))
-    columns = list(dict.fromkeys(comparison.column))
     cells = {(line.row, line.column): _cell_html(line) for line in comparison.itertuples()}
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join(
-        f"<tr><th class='rowlabel'>{html.escape(str(r))}</th>"
-        + "".join(f"<td>{cells.get((r, c), '')}</td>" for c in columns) + "</tr>" for r in rows)
+    blocks: dict[tuple, list] = {}
+    for row in dict.fromkeys(comparison.row):
+        blocks.setdefault(tuple(c for c in dict.fromkeys(comparison.column) if (row, c) in cells), []).append(row)
     caption_html = f"<caption>{html.escape(caption)}<br><small>{html.escape(tolerance_caption(comparison))}" \
                    "</small></caption>"
-    return f"<div class='scroll'><table class='paper-layout'>{caption_html}<thead><tr><th></th>{head}</tr></thead>" \
-           f"<tbody>{body}</tbody></table></div>"
+    tables = []
+    for i, (columns, rows) in enumerate(blocks.items()):
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+        body = "".join(f"<tr><th class='rowlabel'>{html.escape(str(r))}</th>"
+                       + "".join(f"<td>{cells[(r, c)]}</td>" for c in columns) + "</tr>" for r in rows)
+        tables.append(f"<div class='scroll'><table class='paper-layout'>{caption_html if i == 0 else ''}<thead><tr>"
+                      f"<th></th>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+    return "".join(tables)
 
 
 def long_form_html(comparison: pd.DataFrame) -> str:

@@ -53,6 +53,10 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     import papermill
 
     source = NOTEBOOK_DIR / f"{name}.ipynb"
+    unknown = sorted(set(params) - set(papermill.inspect_notebook(str(source))))
+    if unknown:
+        raise ValueError(f"{name} has no parameter(s) {unknown}; it takes: "
+                         f"{', '.join(papermill.inspect_notebook(str(source)))}")
     out = executed_dir / f"{name}__{execution_key(source, params)}.ipynb"
     if out.is_file() and not force and not _failed(nbformat.read(out, as_version=4)):
         return {"name": name, "path": out, "status": "reused", "seconds": 0.0, "error": ""}
@@ -312,8 +316,9 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     for key in shown_papers:
         toc = "".join(f"<a href='#{name}'>{name}</a>" for name in names if all_notebooks()[name] == key)
         body = "\n".join(sections.get(key, [])) or "<p class='note'>no notebook of this paper in this build</p>"
-        paper_html.append(f"<h2 id='paper-{key}'>{PAPERS[key]}: {html.escape(paper_spec(key).get('title', ''))}"
-                          f"</h2><nav class='toc'>{toc}</nav>{body}")
+        title = paper_spec(key).get("title", "")
+        heading = title if title.startswith(PAPERS[key]) else f"{PAPERS[key]}: {title}"
+        paper_html.append(f"<h2 id='paper-{key}'>{html.escape(heading)}</h2><nav class='toc'>{toc}</nav>{body}")
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),

@@ -4,9 +4,10 @@ runs instead of retraining them.
 
 A record holds the config, code version, data checksums, environment, seed, dev curve, timings and the metrics of
 every evaluation asked of it so far (`sts_test`, `sts_dev`, `transfer_dev`, `transfer_test`, `transfer_fasttest`,
-`geometry`); asking for a new evaluation adds it to the record. Writes are atomic; an interrupted training run
-resumes from its checkpoint; a record that cannot be read is set aside (renamed `*.corrupt`), reported, and
-recomputed."""
+`geometry`); asking for a new evaluation adds it to the record. Writes are atomic and each record carries a digest
+of its content; a record that cannot be read, has the wrong shape or fails its digest (edited by hand) is set aside
+(renamed `*.corrupt-<time>`), reported, and recomputed. One file lock per key (`ResultStore.lock`) makes a second
+process wait for the first one's run and reuse it; an interrupted training run resumes from its checkpoint."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .data import resolve_data_dir
+from filelock import Timeout
+
+from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
 from .environment import describe
 from .io import write_json_atomic
 from .train.config import TrainConfig
@@ -65,6 +68,31 @@ def data_checksums() -> str:
     return hashlib.sha256((PACKAGE / "data" / "checksums.json").read_bytes()).hexdigest()[:16]
 
 
+@lru_cache(maxsize=None)
+def data_fingerprint(data_dir: str | None = None) -> str:
+    """What the data a record is computed from is known to be. The loaders refuse any file that differs from the
+    reference copy, so that is the reference checksums; with CSE_KIT_ALLOW_UNVERIFIED_DATA set, files that differ
+    may be read, so it is the md5 of every registry file actually present (results from damaged data never land
+    under the clean key)."""
+    if not allow_unverified():
+        return data_checksums()
+    from .data.loaders import md5_file
+
+    root = resolve_data_dir(data_dir)
+    digest = hashlib.sha256()
+    for ds in REGISTRY.values():
+        for path in ds.paths(root):
+            if path.is_file():
+                digest.update(f"{path.relative_to(root)} {md5_file(path)}\n".encode())
+    return f"{data_checksums()}+unverified-{digest.hexdigest()[:16]}"
+
+
+def _file_md5(path: str) -> str:
+    from .data.loaders import md5_file
+
+    return md5_file(Path(path))
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PACKAGE, capture_output=True, text=True, timeout=10)
@@ -79,9 +107,39 @@ def subject_dict(subject: TrainConfig | Pretrained) -> dict:
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 
-def record_key(subject: TrainConfig | Pretrained) -> str:
-    what = {"subject": subject_dict(subject), "code": code_version(), "data": data_checksums()}
+def record_key(subject: TrainConfig | Pretrained, data_dir=None) -> str:
+    what = {"subject": subject_dict(subject), "code": code_version(),
+            "data": data_fingerprint(None if data_dir is None else str(data_dir))}
+    if isinstance(subject, TrainConfig) and subject.data not in REGISTRY:  # a file of the user's: its content
+        what["training_file_md5"] = _file_md5(subject.data)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def content_digest(record: dict) -> str:
+    """sha256 of a record's content without its own digest (canonical JSON, as json round-trips it)."""
+    body = {k: v for k, v in record.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+#: field -> type every record has; trained records also have TRAINED_FIELDS
+RECORD_FIELDS = {"key": str, "subject": dict, "metrics": dict, "timings": dict, "model_dir": str, "pooler": str,
+                 "digest": str}
+TRAINED_FIELDS = {"config": dict, "train": dict, "dev_curve": list, "train_curve": list}
+
+
+def check_record(record, key: str) -> None:
+    """Raise CorruptRecord unless record is what this store writes for key: its shape, and its digest."""
+    if not isinstance(record, dict):
+        raise CorruptRecord(f"it is a JSON {type(record).__name__}, not a record")
+    trained = isinstance(record.get("subject"), dict) and record["subject"].get("kind") == "trained"
+    fields = {**RECORD_FIELDS, **(TRAINED_FIELDS if trained else {})}
+    wrong = [f for f, kind in fields.items() if not isinstance(record.get(f), kind)]
+    if wrong:
+        raise CorruptRecord(f"it lacks or mistypes {', '.join(wrong)}")
+    if record["key"] != key:
+        raise CorruptRecord(f"it holds key {record['key']}, not {key}")
+    if record["digest"] != content_digest(record):
+        raise CorruptRecord("its content does not match its digest (edited after it was written)")
 
 
 def default_results_dir() -> Path:
@@ -92,6 +150,9 @@ def default_results_dir() -> Path:
 
 class CorruptRecord(ValueError):
     pass
+
+
+_LOCKS: dict = {}  # lock file -> its FileLock: one object per file, so nested holders in a process re-enter it
 
 
 class ResultStore:
@@ -106,32 +167,76 @@ class ResultStore:
         self.force, self.progress = force, progress
         self._recomputed: set[str] = set()
 
+    def key(self, subject: TrainConfig | Pretrained) -> str:
+        return record_key(subject, self.data_dir)
+
     def record_path(self, key: str) -> Path:
         return self.root / "records" / f"{key}.json"
 
+    def lock(self, key: str):
+        """The lock of one key, held while its record is read, computed or written: a file lock (`filelock`, an
+        OS lock the kernel releases when its process dies, so a crash never leaves it held). One object per lock
+        file in a process, re-entrant, so a caller holding it may call `get`. `with store.lock(key):` waits;
+        `store.lock(key).acquire(timeout=0)` raises `filelock.Timeout` when another process holds it."""
+        from filelock import FileLock
+
+        path = (self.root / "locks" / f"{key}.lock").resolve()
+        if path not in _LOCKS:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _LOCKS[path] = FileLock(path)
+        return _LOCKS[path]
+
     def run_dir(self, key: str) -> Path:
         return self.root / "runs" / key
+
+    def has(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> bool:
+        """Whether subject's record is finished with every evaluation in evals (read only: no lock, nothing moved)."""
+        key = self.key(subject)
+        try:
+            record = json.loads(self.record_path(key).read_text())
+            check_record(record, key)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, CorruptRecord):
+            return False
+        return all(e in record["metrics"] for e in evals)
 
     def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
         """The record of subject with every evaluation in evals: reused where finished, computed where not."""
         unknown = [e for e in evals if e not in EVALUATIONS]
         if unknown:
             raise ValueError(f"unknown evaluation(s) {unknown}; choose from {', '.join(EVALUATIONS)}")
-        key = record_key(subject)
-        if self.force and key not in self._recomputed:
-            self._discard(key)
-            self._recomputed.add(key)
-        record = self._load(key) or self._new_record(key, subject)
-        missing = [e for e in evals if e not in record["metrics"]]
-        if missing:
-            encoder = self._encoder(record)
-            for name in missing:
-                start = time.perf_counter()
-                record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir)
-                record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
-            record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-            write_json_atomic(self.record_path(key), record)
-        return record
+        key = self.key(subject)
+        lock = self.lock(key)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            warnings.warn(f"another process is computing result {key}; waiting for it ({lock.lock_file})",
+                          stacklevel=2)
+            lock.acquire()
+        try:
+            if self.force and key not in self._recomputed:
+                self._discard(key)
+                self._recomputed.add(key)
+            record = self._load(key) or self._new_record(key, subject)
+            missing = [e for e in evals if e not in record["metrics"]]
+            if missing:
+                encoder = self._encoder(record)
+                for name in missing:
+                    start = time.perf_counter()
+                    record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir)
+                    record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
+                record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+                self._write(record)
+            return record
+        finally:
+            lock.release()
+
+    def _write(self, record: dict) -> None:
+        unverified = unverified_reads()
+        if unverified:  # read under CSE_KIT_ALLOW_UNVERIFIED_DATA: say so in the record
+            record["unverified_data"] = {**record.get("unverified_data", {}), **unverified}
+        record.pop("digest", None)
+        record["digest"] = content_digest(record)
+        write_json_atomic(self.record_path(record["key"]), record)
 
     def _discard(self, key: str) -> None:
         self.record_path(key).unlink(missing_ok=True)
@@ -143,8 +248,7 @@ class ResultStore:
             return None
         try:
             record = json.loads(path.read_text())
-            if record.get("key") != key or not isinstance(record.get("metrics"), dict):
-                raise CorruptRecord("its key or metrics are not what this store wrote")
+            check_record(record, key)
         except (json.JSONDecodeError, UnicodeDecodeError, CorruptRecord) as err:
             aside = path.with_suffix(f".corrupt-{time.strftime('%Y%m%d%H%M%S')}")
             path.replace(aside)
@@ -162,7 +266,7 @@ class ResultStore:
             record.update(self._train(key, subject))
         else:
             record["model_dir"], record["pooler"] = subject.model, subject.pooler
-        write_json_atomic(self.record_path(key), record)
+        self._write(record)
         return record
 
     def _train(self, key: str, cfg: TrainConfig) -> dict:
@@ -218,6 +322,14 @@ def _geometry(encoder, data_dir) -> dict:
             "nearest": {q: found for q, found in zip(queries, nearest(encoder, queries, pool))}}
 
 
-#: name -> fn(encoder, data_dir) -> metrics
+def _geometry_sts_filter(encoder, data_dir) -> dict:
+    from .eval.geometry import sts_filter_align_uniform
+
+    return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
+
+
+#: name -> fn(encoder, data_dir) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
+#: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions)
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
-               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry}
+               "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry,
+               "geometry_sts_filter": _geometry_sts_filter}

@@ -48,8 +48,24 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
     (tmp_path / "tables" / "table7_mask_ratio.json").write_text(json.dumps(other))
     assert cli.main(["status", "--profile", "smoke", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Table 8    reproduced" in out and "paper 84.56 | ours 70.00 (n=1)" in out
+    assert "Table 8    reproduced" in out and "paper 84.56 | ours 70 (n=1)" in out
     assert "Table 7    not built" in out  # saved for another profile only
     assert "Figure 1   schematic" in out and "\nSCD\n" in out and "\nDiffAug\n" in out
     assert cli.main(["report", "--list", "--profile", "smoke", "--results-dir", str(tmp_path), "--paper", "scd"]) == 0
     assert "DiffCSE" not in capsys.readouterr().out
+
+
+def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_notebooks_reproduce():
+    from cse_kit.paper import paper_table
+    from cse_kit.papers import notebooks, paper_module
+
+    for key in PAPERS:
+        module = paper_module(key)
+        reproduced = {a for artefacts_of in notebooks(key).values() for a in artefacts_of}
+        for artefact, (row, column) in getattr(module, "HEADLINES", {}).items():
+            assert artefact in reproduced, (key, artefact)
+            number = artefact.removeprefix("Table ")
+            table = paper_table(number, paper=key)
+            row = row.removeprefix(f"{number}: ")  # a notebook of several tables prefixes its rows' labels
+            # sweeps (Tables 7, 8) are printed transposed: the notebook's row is the paper's column
+            assert {row, column} <= set(table.index) | set(table.columns), (key, artefact, row, column)

@@ -1,7 +1,9 @@
 """The data layer on the real shared data: counts, known records, verification, and bad input."""
 
 import json
+import os
 import shutil
+import subprocess
 import tarfile
 
 import pytest
@@ -28,6 +30,15 @@ def test_status_json_reports_every_evaluation_set_verified_with_official_counts(
         assert report[name]["present"] and report[name]["verified"], (name, report[name])
         assert report[name]["counts"] == counts
     assert report["Wiki1M"] == {"present": False, "verified": False, "counts": {}, "problems": []}
+
+
+def test_status_of_a_missing_or_empty_directory_says_so_once_and_how_to_fill_it(tmp_path, capsys):
+    assert main(["data", "status", "--data-dir", str(tmp_path / "dta")]) == 1
+    err = capsys.readouterr().err
+    assert f"data directory {tmp_path / 'dta'} does not exist (misspelt" in err and "cse-kit data import" in err
+    assert main(["data", "status", "--data-dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert f"holds none of the {len(data.REGISTRY)} datasets" in err and "missing" not in out
 
 
 def test_sts_subsets_and_first_records(data_dir):
@@ -111,7 +122,9 @@ def test_corrupt_file_is_caught_by_checksum_or_count(own_copy):
     assert "MR all: 10659 records, expected 10662" in problems
 
 
-def test_malformed_lines_report_file_and_line(own_copy):
+@pytest.mark.filterwarnings("ignore:reading .* although it failed verification")
+def test_malformed_lines_report_file_and_line(own_copy, monkeypatch):
+    monkeypatch.setenv(data.ALLOW_UNVERIFIED_ENV, "1")  # past the checksum, the parser still names file:line
     f = own_copy / "downstream/STS/STSBenchmark/sts-dev.csv"
     lines = f.read_text().splitlines()
     lines[6] = "main-captions\tMSRvid\t2012test\t0001\tfive\ta man .\ta woman ."
@@ -137,7 +150,7 @@ def test_import_refuses_a_bad_archive_and_leaves_nothing_behind(data_dir, tmp_pa
     with tarfile.open(archive, "w:gz") as t:
         t.add(tmp_path / "src" / "downstream", arcname="downstream")
     target = tmp_path / "target"
-    with pytest.raises(data.DataError, match="MR .*failed verification.*expected 10662"):
+    with pytest.raises(data.DataError, match="nothing was placed; refused.*MR: .*expected 10662"):
         data.import_path(archive, target)
     assert list(target.iterdir()) == []  # no staging folder, no half-placed file
     with pytest.raises(data.DataError, match="holds none of the registry's datasets"):
@@ -153,3 +166,90 @@ def test_import_of_a_folder_and_reimport_is_idempotent(data_dir, tmp_path):
     assert all(r["verified"] for r in again.values())
     f = "downstream/STS/STS14-en-test/STS.input.images.txt"
     assert md5_file(tmp_path / f) == md5_file(data_dir / f)
+
+
+# --- faults: every loader verifies what it reads; import places only verified copies; leftovers are cleaned ---
+
+def test_loaders_refuse_damaged_files_naming_file_and_fix_unless_overridden(own_copy, monkeypatch):
+    mr = own_copy / "downstream/MR/rt-polarity.neg"
+    mr.write_text("\n".join(mr.read_text(encoding="latin-1").splitlines()[:2000]) + "\n", encoding="latin-1")
+    stsb = own_copy / "downstream/STS/STSBenchmark/sts-test.csv"
+    stsb.write_text(stsb.read_text().replace("\t2.500\t", "\t4.500\t", 1))  # one edited score
+    for load in (lambda: data.load_classification("MR", data_dir=own_copy),
+                 lambda: data.load_sts("STSBenchmark", "test", own_copy)):
+        with pytest.raises(data.UnverifiedDataError, match=r"(rt-polarity.neg|sts-test.csv): md5 differs.*"
+                                                           r"Fix: `cse-kit data (download|import)"):
+            load()
+    with pytest.raises(data.UnverifiedDataError):  # a dataset is verified whole: its intact dev split too
+        data.load_sts("STSBenchmark", "dev", own_copy)
+    monkeypatch.setenv(data.ALLOW_UNVERIFIED_ENV, "1")
+    with pytest.warns(UserWarning, match="failed verification"):
+        assert len(data.load_classification("MR", data_dir=own_copy)) == 5331 + 2000
+    assert "MR" in data.unverified_reads() and "md5 differs" in data.unverified_reads()["MR"][0]
+
+
+def test_status_exits_non_zero_for_a_missing_or_damaged_dataset(own_copy, capsys):
+    assert main(["data", "status", "MR", "--data-dir", str(own_copy)]) == 0
+    assert main(["data", "status", "Wiki1M", "--data-dir", str(own_copy)]) == 1  # asked for, missing
+    f = own_copy / "downstream/CR/custrev.pos"
+    f.write_bytes(f.read_bytes()[:-200])
+    assert main(["data", "status", "--data-dir", str(own_copy)]) == 1
+    assert "not verified: CR" in capsys.readouterr().err
+
+
+def test_import_places_the_verified_refuses_the_rest_and_never_replaces_a_good_file(data_dir, tmp_path, capsys):
+    src = tmp_path / "src" / "downstream"
+    for folder in ("MR", "TREC", "STS/STSBenchmark"):
+        shutil.copytree(data_dir / "downstream" / folder, src / folder)
+    test = src / "STS/STSBenchmark/sts-test.csv"
+    test.write_text(test.read_text().replace("\t2.500\t", "\t4.500\t", 1))  # one edited score: counts still right
+    archive = tmp_path / "mixed.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(src, arcname="downstream")
+    target = tmp_path / "target"
+    data.import_path(data_dir / "downstream" / "STS", target)  # a verified STS-B is already there
+    good = md5_file(target / "downstream/STS/STSBenchmark/sts-test.csv")
+    assert main(["data", "import", str(archive), "--data-dir", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "placed (verified): MR, TREC; refused" in err and "STSBenchmark: downstream/STS/STSBenchmark/sts-test.csv" \
+        ": md5 differs" in err
+    assert md5_file(target / "downstream/STS/STSBenchmark/sts-test.csv") == good
+    assert data.verify(data.spec("MR"), target)["verified"] and data.verify(data.spec("TREC"), target)["verified"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not an archive"])
+def test_a_truncated_or_non_archive_file_is_a_clear_error(data_dir, tmp_path, capsys, damage):
+    archive = tmp_path / "senteval.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(data_dir / "downstream" / "MR", arcname="downstream/MR")
+    body = archive.read_bytes()
+    archive.write_bytes(body[:len(body) // 2] if damage == "truncated" else b"<html>not found</html>" * 50)
+    target = tmp_path / "target"
+    assert main(["data", "import", str(archive), "--data-dir", str(target)]) == 2
+    assert "is not a complete archive" in capsys.readouterr().err
+    assert [p.name for p in target.iterdir()] == []
+
+
+def test_leftovers_of_killed_imports_and_exports_are_removed_on_the_next_run(data_dir, tmp_path):
+    from cse_kit.io import atomic_dir
+
+    target = tmp_path / "target"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name in (f".staging-{dead.pid}-abc", ".staging-x1y2", f".model.new.{dead.pid}-q"):
+        (target / name / "tree").mkdir(parents=True)
+    alive = target / f".staging-{os.getpid()}-mine"  # a live process's staging folder is not touched
+    alive.mkdir()
+    data.import_path(data_dir / "downstream" / "MR", target)
+    with atomic_dir(target / "model") as tmp:
+        (tmp / "w").write_text("x")
+    assert sorted(p.name for p in target.iterdir()) == sorted(["downstream", alive.name, "model"])
+
+
+def test_an_empty_corpus_is_a_clear_error(tmp_path):
+    from cse_kit.train.data import load_examples
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(data.DataError, match="holds no text"):
+        load_examples(str(empty))

@@ -49,6 +49,16 @@ def test_transfer_cr_fasttest_equals_the_original(data_dir, minilm):
 def test_bad_arguments_fail_before_any_work(capsys):
     assert main(["eval", "--model", "all-MiniLM-L6-v2", "--pooler", "avg", "--tasks", "STS17"]) == 2
     assert "unknown task(s) STS17" in capsys.readouterr().err
+    assert main(["eval", "--model", "all-MiniLM-L6-v2", "--pooler", "avg", "--tasks", "sts,nonsense"]) == 2
+    assert "unknown task(s) nonsense;" in capsys.readouterr().err
+    assert main(["eval", "--model", "runs/nothing/model", "--tasks", "sts"]) == 2
+    assert "model path runs/nothing/model does not exist" in capsys.readouterr().err
+
+
+def test_task_sets_combine_with_task_names():
+    from cse_kit.eval import parse_tasks
+
+    assert parse_tasks("sts,MR") == (*parse_tasks("sts"), "MR")
 
 
 @pytest.mark.slow

@@ -67,6 +67,34 @@ def test_encoder_encodes_each_distinct_sentence_once(tiny_bert):
     assert len(calls) == 1 and np.array_equal(again, first[[3, 1]]) and np.array_equal(first[0], first[2])
 
 
+def test_token_budget_batches_cover_every_sentence_once_longest_first_within_budget():
+    from cse_kit.eval.encode import length_batches
+
+    lengths = np.random.default_rng(0).integers(3, 90, size=1000)
+    for batches in (length_batches(lengths, 128, None), length_batches(lengths, 128, 2048)):
+        flat = np.concatenate(batches)
+        assert sorted(flat) == list(range(1000)) and all(np.diff(lengths[flat]) <= 0)
+    fixed, budget = length_batches(lengths, 128, None), length_batches(lengths, 128, 2048)
+    assert {len(b) for b in fixed[:-1]} == {128}
+    assert all(len(b) * lengths[b].max() <= 2048 for b in budget)
+    assert len(budget[-1]) > len(budget[0])  # short sentences: many rows; long ones: few
+    assert length_batches(np.array([5000, 3]), 128, 2048)[0].tolist() == [0]  # longer than the budget: alone
+
+
+def test_padding_matches_the_tokenizers_and_a_token_budget_keeps_the_embeddings(tiny_bert):
+    from cse_kit.eval.encode import pad_ids
+
+    tokenizer, model = tiny_bert
+    sentences = ["a man is playing a guitar .", "two dogs run", "hello", "a b c d e f g h i j k l"] * 5
+    ids = tokenizer(sentences)["input_ids"]
+    padded, mask = pad_ids(ids, tokenizer.pad_token_id)
+    ref = tokenizer.pad({"input_ids": ids}, return_tensors="pt")
+    assert torch.equal(padded, ref["input_ids"]) and torch.equal(mask, ref["attention_mask"])
+    fixed = Encoder(model, tokenizer, "avg", batch_size=3, progress=False).encode(sentences)
+    budget = Encoder(model, tokenizer, "avg", max_tokens=40, progress=False).encode(sentences)
+    assert np.allclose(fixed, budget, atol=1e-5)
+
+
 def test_cls_pooler_without_a_pooler_layer_says_what_to_use(minilm):
     from transformers import BertModel
 

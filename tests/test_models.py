@@ -28,8 +28,8 @@ def test_local_directory_is_used_as_is(tmp_path):
 
 
 def test_uncached_hub_id_offline_names_the_fix():
-    with pytest.raises(ModelNotFoundError, match=r"offline mode is on.*huggingface-cli download "
-                                                 r"princeton-nlp/no-such-model"):
+    with pytest.raises(ModelNotFoundError, match=r"offline mode is on.*`hf download "
+                                                 r"princeton-nlp/no-such-model`"):
         load_model("princeton-nlp/no-such-model", offline=True)
 
 
@@ -40,3 +40,70 @@ def test_fitted_mlm_head_is_found_in_the_given_data_dir(tmp_path):
     made.mkdir(parents=True)
     (made / "config.json").write_text("{}")
     assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made)
+
+
+@pytest.mark.parametrize("ref", ["runs/x/model", "./model", "/no/such/dir", "~/nothing/here"])
+def test_a_path_that_does_not_exist_is_called_one_not_a_hub_id(ref):
+    with pytest.raises(ModelNotFoundError, match=f"model path {ref} does not exist"):
+        resolve_reference(ref)
+
+
+def test_a_model_saved_without_its_pooler_loads_quietly_and_refuses_the_cls_pooler(tmp_path, capfd):
+    """A kit-trained encoder has no BERT pooler layer: no MISSING load report, and `cls` (which would read random
+    pooler weights) is refused while cls_before_pooler works."""
+    from transformers import BertModel
+
+    from cse_kit.eval import Encoder
+
+    tokenizer, bert = load_model("smoke-bert")
+    BertModel(bert.config, add_pooling_layer=False).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    capfd.readouterr()
+    _, model = load_model(str(tmp_path / "m"), offline=True)
+    printed = capfd.readouterr()
+    assert "MISSING" not in printed.out + printed.err and "LOAD REPORT" not in printed.out + printed.err
+    with pytest.raises(ValueError, match="saved without.*use cls_before_pooler"):
+        Encoder(model, tokenizer, "cls")
+    assert Encoder(model, tokenizer, "cls_before_pooler", progress=False).encode(["a b"]).shape == (1, 32)
+
+
+def test_an_unreachable_hub_fails_at_once_with_the_offline_profiles_named(monkeypatch):
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    from cse_kit import models
+
+    with socket.socket() as s:  # a loopback port nobody listens on: connection refused, like a machine offline
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    models.hub_unreachable.cache_clear()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(ModelNotFoundError, match=r"Hub cannot be reached.*use the cpu or smoke profile"):
+            load_model("princeton-nlp/no-such-model", offline=False)
+    finally:
+        models.hub_unreachable.cache_clear()
+    assert time.perf_counter() - start < 5  # not a minute of retries
+
+
+def test_train_defaults_to_the_auto_profile_and_names_a_bad_setting(capsys, data_dir):
+    from cse_kit import cli
+
+    assert cli.main(["train", "--preset", "simcse-bert", "--set", "lr=abc", "--data-dir", str(data_dir)]) == 2
+    out, err = capsys.readouterr()
+    auto = "paper (auto: a CUDA GPU" if torch.cuda.is_available() else "cpu (auto: no CUDA GPU"
+    assert f"profile {auto}" in out and "lr takes a number (e.g. lr=3e-05), got 'abc'" in err
+
+
+def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(monkeypatch, capsys):
+    from cse_kit import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_train", interrupted)
+    assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 130
+    assert "interrupted; nothing half-written is kept. Rerun the same command to resume." in capsys.readouterr().err

@@ -66,6 +66,10 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     ("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in"),
     ("table6_generator", {"generator": "gpt2"}, "unknown generator"),
     ("table1_sts", {"profile": "laptop"}, "unknown profile"),
+    ("scd_table3_ablation", {"recipe": "nope"}, "unknown SCD recipe"),
+    ("scd_table1_sts", {"recipe": "official-code"}, "BERT only"),
+    ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),
+    ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
 ])
 def test_bad_parameters_fail_in_the_first_cell_before_training(name, params, message, tmp_path, data_dir):
     with pytest.raises(papermill.PapermillExecutionError, match=message):
@@ -155,6 +159,12 @@ def _host(request_line: str) -> str:
     """Host of `GET http://host/path HTTP/1.1` or `CONNECT host:443 HTTP/1.1`."""
     target = request_line.split()[1]
     return target.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+
+
+def test_the_report_runner_refuses_a_parameter_the_notebook_does_not_take(tmp_path):
+    with pytest.raises(ValueError, match=r"table8_lambda has no parameter\(s\) \['lamda'\]"):
+        report.execute("table8_lambda", {"lamda": 0.1}, tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):

@@ -15,6 +15,12 @@ def test_numbers_are_formatted_by_their_kind(value, shown):
     assert render.fmt_number(value) == shown
 
 
+def test_a_tiny_mean_is_shown_in_scientific_notation_and_its_delta_with_four_decimals():
+    assert render.fmt_ours(5.8e-6, 1e-8, 2) == "5.80e-06 ± 1.0e-08"
+    assert render.fmt_diff(5.8e-6 - 0.097, 5.8e-6) == "-0.0970"
+    assert render.fmt_ours(0.0963, 0.0011, 3) == "0.0963 ± 0.0011"
+
+
 def _line(column, paper, mean, n=2, std=0.1, **extra):
     return {"row": "r", "column": column, "paper": paper, "mean": mean, "std": std, "n": n, "diff": mean - paper,
             "reason": "", **extra}
@@ -65,3 +71,38 @@ def test_a_sweep_on_another_scale_gets_two_panels_of_the_same_span():
     paper_ax, ours_ax = _sweep([40.10, 40.12, 40.15]).axes
     assert paper_ax.get_ylim()[1] - paper_ax.get_ylim()[0] == pytest.approx(ours_ax.get_ylim()[1] - ours_ax.get_ylim()[0])
     assert ours_ax.get_ylim()[1] - ours_ax.get_ylim()[0] > 2.3
+
+
+@pytest.mark.parametrize("figure", ["table11", "scd_figure2"])
+def test_scatter_labels_of_coincident_points_neither_overprint_nor_leave_the_figure(figure):
+    from cse_kit import plots
+
+    same = (0.0002, -0.0004)  # a collapsed smoke profile: several models on one spot, at the right edge
+    names = ["BERT-base [CLS]", "SimCSE-BERT-base", "DiffCSE-BERT-base", "SCD-BERT-base"]
+    if figure == "table11":
+        fig = plots.align_uniform({n: same for n in names}, {"DiffCSE-BERT-base": (0.097, -1.44)})
+    else:
+        fig = plots.align_uniform_sts({n: (*same, 33.0 + i) for i, n in enumerate(names)},
+                                      {"SCD-BERT-base": (0.84, -3.83)})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(t, renderer) for t in ax.texts]  # the words, not the leader line
+    assert len(boxes) == len(names) + 1
+    inside = ax.get_window_extent(renderer)
+    for i, box in enumerate(boxes):
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1, ax.texts[i].get_text()  # not under a colour bar
+        assert not any(box.overlaps(other) for other in boxes[i + 1:]), ax.texts[i].get_text()
+
+
+def test_rows_with_other_columns_get_their_own_table_and_settings_show_as_integers():
+    lines = [_line("batch size", 64, 64.0, n=1, std=math.nan), _line("λ", 0.005, 0.005, n=1, std=math.nan)]
+    lines = [{**x, "row": "12 (STS): BERT-base"} for x in lines]
+    lines.append({**_line("BERT-base", 220, 110.0), "row": "14: DiffCSE (train)"})
+    page = render.paper_layout_html(pd.DataFrame(lines), "Tables 12-14")
+    assert page.count("<table") == 2 and page.count("<caption>") == 1
+    first, second = page.split("</table>")[:2]
+    assert "batch size" in first and "<th>BERT-base</th>" not in first and "14: DiffCSE (train)" in second
+    assert "<b>64 (n=1)</b>" in first and "<b>0.005 (n=1)</b>" in first

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 
 import pandas as pd
@@ -14,7 +15,7 @@ from cse_kit.paper import paper_table, paper_value
 from cse_kit.results import Pretrained, ResultStore, record_key
 from cse_kit.train.presets import build_config
 
-from conftest import SHARED
+from conftest import REPO, SHARED
 
 
 def _papers_md_row(table_heading: str, row: str) -> list[float]:
@@ -168,3 +169,102 @@ def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch):
     assert record_key(cfg) != record_key(cfg.replace(lr=2e-4))
     assert record_key(cfg) == record_key(cfg.replace(output_dir="elsewhere"))  # locations are not results
     assert re.fullmatch(r"[0-9a-f]{20}", record["key"])
+
+
+@pytest.fixture
+def fake_sts_dev(monkeypatch):
+    """sts_dev as a cheap stand-in (the store's logic is under test, not the evaluation); counts its calls."""
+    calls = []
+
+    def evaluation(encoder, data_dir):
+        calls.append("sts_dev")
+        return {"STSBenchmark": {"dev": {"spearman": 40.72}}}
+
+    monkeypatch.setitem(results.EVALUATIONS, "sts_dev", evaluation)
+    monkeypatch.setattr(ResultStore, "_encoder", lambda self, record: None)
+    return calls
+
+
+@pytest.mark.parametrize("damage", ["edited", "empty list", "stub", "wrong types"])
+def test_edited_or_misshapen_records_are_set_aside_and_recomputed(data_dir, tmp_path, fake_sts_dev, damage):
+    counted = fake_sts_dev
+    store = ResultStore(tmp_path, data_dir)
+    subject = Pretrained("smoke-bert", "avg", "smoke")
+    first = store.get(subject, ("sts_dev",))
+    key, path = first["key"], store.record_path(first["key"])
+    record = json.loads(path.read_text())
+    if damage == "edited":  # a dev Spearman raised by 10 by hand, the digest left as it was
+        record["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] += 10
+    else:
+        record = {"empty list": [], "stub": {"key": key, "metrics": {}},
+                  "wrong types": {**record, "timings": None}}[damage]
+    path.write_text(json.dumps(record))
+    with pytest.warns(UserWarning, match="corrupt"):
+        again = store.get(subject, ("sts_dev",))
+    assert counted == ["sts_dev", "sts_dev"] and again["metrics"] == first["metrics"]
+    assert len(list((tmp_path / "records").glob(f"{key}.corrupt-*"))) == 1
+    results.check_record(json.loads(path.read_text()), key)  # the recomputed record is sound
+
+
+def _get_in_process(args):
+    """One of several processes asking the store for the same record (forked: the test's patches hold)."""
+    results_dir, data_dir, out = args
+    record = ResultStore(results_dir, data_dir).get(Pretrained("smoke-bert", "avg", "smoke"), ("sts_dev",))
+    return record["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"]
+
+
+def test_several_processes_share_one_computation(data_dir, tmp_path, monkeypatch):
+    import multiprocessing
+    import time
+
+    log = tmp_path / "computed.log"
+
+    def slow_evaluation(encoder, data_dir_):  # long enough that all processes ask while the first computes
+        with log.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(2)
+        return {"STSBenchmark": {"dev": {"spearman": 12.5}}}
+
+    monkeypatch.setitem(results.EVALUATIONS, "sts_dev", slow_evaluation)
+    monkeypatch.setattr(ResultStore, "_encoder", lambda self, record: None)
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        got = pool.map(_get_in_process, [(tmp_path, data_dir, None)] * 4)
+    assert got == [12.5] * 4
+    assert len(log.read_text().splitlines()) == 1  # computed once, the others waited and reused it
+    assert len(list((tmp_path / "records").iterdir())) == 1
+
+
+def test_the_lock_is_released_when_its_holder_is_killed(data_dir, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from filelock import Timeout
+
+    store = ResultStore(tmp_path, data_dir)
+    key = store.key(Pretrained("smoke-bert", "avg", "smoke"))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from cse_kit.results import ResultStore; "
+        f"ResultStore({str(tmp_path)!r}, {str(data_dir)!r}).lock({key!r}).acquire(); print('held', flush=True); "
+        "time.sleep(60)")], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(Timeout):
+        store.lock(key).acquire(timeout=0.2)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with store.lock(key):  # a crash leaves no lock behind
+        with store.lock(key):  # and a holder may re-enter it (a runner holding it may call get)
+            pass
+
+
+def test_results_from_unverified_data_never_land_under_the_clean_key(data_dir, tmp_path, monkeypatch):
+    subject = Pretrained("smoke-bert", "avg", "smoke")
+    clean = record_key(subject, data_dir)
+    monkeypatch.setenv("CSE_KIT_ALLOW_UNVERIFIED_DATA", "1")
+    results.data_fingerprint.cache_clear()
+    try:
+        assert record_key(subject, data_dir) != clean
+    finally:
+        monkeypatch.delenv("CSE_KIT_ALLOW_UNVERIFIED_DATA")
+        results.data_fingerprint.cache_clear()
+    assert record_key(subject, data_dir) == clean

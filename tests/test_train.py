@@ -31,6 +31,8 @@ def test_every_preset_runs_on_the_smoke_profile(preset, data_dir, tmp_path):
     assert len(losses) == 4 and all(np.isfinite(losses))
     if PRESETS[preset][1]["method"] == "diffcse":
         assert all(0 <= r["rtd_accuracy"] <= 1 for r in log if "loss" in r)
+    if PRESETS[preset][1]["method"] == "scd":
+        assert all(-1 <= r["cosine"] <= 1 and r["decorrelation"] >= 0 for r in log if "loss" in r)
     meta = json.loads((run / "model" / "cse_kit.json").read_text())
     assert meta["method"] == PRESETS[preset][1]["method"] and meta["pooler"] == "cls_before_pooler"
     assert meta["profile"] == "smoke" and meta["preset"] == preset

@@ -8,27 +8,29 @@ filesystem). A failed or interrupted run leaves no half-written file where the l
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
+import os
 import shutil
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
-from .loaders import DataError, count_records
+from .loaders import (
+    ACCEPTED, CHUNK, DataError, accepted_md5s, checksum_problems, count_problems, count_records, md5_file,
+)
+from ..io import remove_abandoned, write_json_atomic
 from .registry import REGISTRY, SIMCSE_HUB_REPO, DatasetSpec, Source, resolve_data_dir, spec
 
-CHUNK = 1 << 20
 
+class ImportRefused(DataError):
+    """Some datasets of an archive failed verification and were not placed (the verified ones were)."""
 
-def md5_file(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+    def __init__(self, message: str, placed: dict, refused: dict):
+        super().__init__(message)
+        self.placed, self.refused = placed, refused
 
 
 # --- verification ------------------------------------------------------------------------------------------------
@@ -36,23 +38,15 @@ def md5_file(path: Path) -> str:
 def verify(ds: DatasetSpec, data_dir=None) -> dict:
     """{"present", "verified", "counts", "problems"} for one dataset under data_dir."""
     root = resolve_data_dir(data_dir)
-    paths = ds.paths(root)
-    report = {"present": all(p.is_file() for p in paths), "verified": False, "counts": {}, "problems": []}
+    report = {"present": all(p.is_file() for p in ds.paths(root)), "verified": False, "counts": {}, "problems": []}
     if not report["present"]:
         return report
-    for rel, path in zip(ds.files, paths):
-        ref = ds.reference_md5(rel)
-        if ref is not None and md5_file(path) != ref:
-            report["problems"].append(f"{path}: md5 differs from the reference copy (truncated, corrupt or a "
-                                      "differently preprocessed copy)")
+    report["problems"] = checksum_problems(ds, root)
     try:
         report["counts"] = count_records(ds.name, root)
     except DataError as e:
         report["problems"].append(str(e))
-    for split, expected in ds.counts.items():
-        got = report["counts"].get(split)
-        if got is not None and got != expected:
-            report["problems"].append(f"{ds.name} {split}: {got} records, expected {expected}")
+    report["problems"] += count_problems(ds, report["counts"])
     report["verified"] = not report["problems"]
     return report
 
@@ -65,8 +59,11 @@ def status(data_dir=None, names=None) -> dict:
 
 @contextmanager
 def staging(data_dir: Path):
+    """A fresh staging folder, named with this process's id so that the next run can tell (and remove) the ones
+    a killed run left behind."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".staging-", dir=data_dir))
+    remove_abandoned(data_dir, ".staging-")
+    tmp = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=data_dir))
     try:
         yield tmp
     finally:
@@ -76,17 +73,21 @@ def staging(data_dir: Path):
 def unpack(archive: Path, dest: Path) -> None:
     """Unpack a tar(.gz), zip or .gz file, or copy a plain file, into dest."""
     name = archive.name
-    if tarfile.is_tarfile(archive):
-        with tarfile.open(archive) as t:
-            t.extractall(dest, filter="data")
-    elif zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as z:
-            z.extractall(dest)
-    elif name.endswith(".gz"):
-        with gzip.open(archive, "rb") as src, open(dest / name[:-3], "wb") as out:
-            shutil.copyfileobj(src, out, CHUNK)
-    else:
-        shutil.copy2(archive, dest / name)
+    try:
+        if tarfile.is_tarfile(archive):
+            with tarfile.open(archive) as t:
+                t.extractall(dest, filter="data")
+        elif zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                z.extractall(dest)
+        elif name.endswith(".gz"):
+            with gzip.open(archive, "rb") as src, open(dest / name[:-3], "wb") as out:
+                shutil.copyfileobj(src, out, CHUNK)
+        else:
+            shutil.copy2(archive, dest / name)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise DataError(f"{archive} is not a complete archive ({type(e).__name__}: {e}); it is truncated or "
+                        "not a .tar(.gz)/.zip/.gz file: copy or download it again. Nothing was placed.") from None
 
 
 def find_dataset(ds: DatasetSpec, tree: Path) -> Path | None:
@@ -105,12 +106,27 @@ def _place(ds: DatasetSpec, base: Path, data_dir: Path) -> None:
     for rel in ds.files:
         target = data_dir / ds.group / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(base / rel, target)  # same filesystem: a rename
+        os.replace(base / rel, target)  # same filesystem: an atomic rename
 
 
-def _stage_and_place(tree: Path, candidates, data_dir: Path) -> dict[str, dict]:
-    """Verify each dataset found in tree while it is still in staging; move the good ones into place."""
-    placed = {}
+def _record_accepted(ds: DatasetSpec, data_dir: Path, accept: bool) -> None:
+    """Remember (accept) or forget the md5 of ds's placed files whose md5 differs from the reference by design."""
+    before = accepted_md5s(data_dir)
+    accepted = dict(before)
+    for rel, path in zip(ds.files, ds.paths(data_dir)):
+        key = f"{ds.group}/{rel}"
+        accepted.pop(key, None)
+        if accept and ds.reference_md5(rel) is not None and md5_file(path) != ds.reference_md5(rel):
+            accepted[key] = md5_file(path)
+    if accepted != before:
+        write_json_atomic(data_dir / ACCEPTED, accepted)
+
+
+def _stage_and_place(tree: Path, candidates, data_dir: Path, why_md5_differs: str | None = None):
+    """Verify every dataset found in tree while it is still in staging, then move the verified ones into place.
+    why_md5_differs: the reason a source's copy differs from the reference by design (the SNLI conversion); such
+    a copy is placed when its counts match. Returns ({name: report} placed, {name: problems} refused)."""
+    good, refused = {}, {}
     for ds in candidates:
         base = find_dataset(ds, tree)
         if base is None:
@@ -121,18 +137,35 @@ def _stage_and_place(tree: Path, candidates, data_dir: Path) -> dict[str, dict]:
             (shadow / ds.group / rel).parent.mkdir(parents=True, exist_ok=True)
             (base / rel).rename(shadow / ds.group / rel)
         report = verify(ds, shadow)
-        if report["problems"] and not all("md5 differs" in p for p in report["problems"]):
-            raise DataError(f"{ds.name} from {tree.name} failed verification, nothing was placed: "
-                            + "; ".join(report["problems"]))
+        problems = [p.replace(f"{shadow}/", "") for p in report["problems"]]
+        md5_only = bool(problems) and all("md5 differs" in p for p in problems)
+        if problems and not (md5_only and why_md5_differs):
+            refused[ds.name] = problems
+            continue
+        if problems:
+            report.update(verified=True, problems=[], accepted=f"md5 differs from the reference copy: {why_md5_differs}")
+        good[ds.name] = (ds, shadow, report)
+    placed = {}
+    for name, (ds, shadow, report) in good.items():
         _place(ds, shadow / ds.group, data_dir)
-        placed[ds.name] = report
-    return placed
+        _record_accepted(ds, data_dir, accept="accepted" in report)
+        placed[name] = report
+    return placed, refused
+
+
+def _refusal(src, placed: dict, refused: dict) -> str:
+    reasons = "; ".join(f"{name}: {' / '.join(problems)}" for name, problems in refused.items())
+    kept = f"placed (verified): {', '.join(placed)}" if placed else "nothing was placed"
+    return (f"{src}: {kept}; refused, failed verification (the copy already in the data directory, if any, was "
+            f"kept): {reasons}. Fix: import an intact copy of the refused datasets (`cse-kit data import PATH`) "
+            "or download them (`cse-kit data download NAME`)")
 
 
 # --- import ------------------------------------------------------------------------------------------------------
 
 def import_path(path, data_dir=None) -> dict[str, dict]:
-    """Lay out every registry dataset found in a local archive or folder. Returns {name: verification report}."""
+    """Lay out every registry dataset found in a local archive or folder. Returns {name: verification report};
+    raises ImportRefused (after placing the verified ones) when any dataset found failed verification."""
     src = Path(path).expanduser()
     if not src.exists():
         raise DataError(f"{src} does not exist; give an archive (.tar.gz, .tar, .zip, .gz) or a folder")
@@ -144,7 +177,9 @@ def import_path(path, data_dir=None) -> dict[str, dict]:
             shutil.copytree(src, tree / src.name)  # keep the folder's name: it may be part of the layout
         else:
             unpack(src, tree)
-        placed = _stage_and_place(tree, REGISTRY.values(), root)
+        placed, refused = _stage_and_place(tree, REGISTRY.values(), root)
+    if refused:
+        raise ImportRefused(_refusal(src, placed, refused), placed, refused)
     if not placed:
         raise DataError(f"{src} holds none of the registry's datasets (expected e.g. downstream/STS/..., "
                         "sts_raw/stsbenchmark/..., wiki1m_for_simcse*.txt)")
@@ -236,6 +271,8 @@ def _convert_snli_jsonl(tree: Path) -> None:
 
 
 CONVERTERS = {"snli_jsonl": _convert_snli_jsonl}
+#: converter -> why its output's md5 differs from the reference copy while its records are the same
+CONVERSION_DIFFERS = {"snli_jsonl": "converted from the official jsonl without SentEval's PTB tokenizer"}
 
 
 def download(names=None, data_dir=None, progressbar: bool = True) -> dict[str, dict]:
@@ -254,7 +291,9 @@ def download(names=None, data_dir=None, progressbar: bool = True) -> dict[str, d
             unpack(archive, tree)
             if source.convert:
                 CONVERTERS[source.convert](tree)
-            found = _stage_and_place(tree, datasets, root)
+            found, refused = _stage_and_place(tree, datasets, root, CONVERSION_DIFFERS.get(source.convert))
+        if refused:
+            raise ImportRefused(_refusal(source.filename, {**placed, **found}, refused), {**placed, **found}, refused)
         missing = [ds.name for ds in datasets if ds.name not in found]
         if missing:
             raise DataError(f"{source.filename} does not contain {', '.join(missing)}")

@@ -8,8 +8,10 @@ Every parse error names file:line and what was expected.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
-import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,101 @@ class DataError(ValueError):
 
 
 class MissingDatasetError(DataError, FileNotFoundError):
-    pass
+    def __init__(self, message: str, *, dataset: str | None = None, root: Path | None = None, fix: str = ""):
+        super().__init__(message)
+        self.dataset, self.root, self.fix = dataset, root, fix
+
+
+class UnverifiedDataError(DataError):
+    """A data file that differs from the registry's reference copy (truncated, edited, corrupt)."""
+
+
+#: Set to 1 to read data files that fail verification anyway (warned about, and recorded with every result).
+ALLOW_UNVERIFIED_ENV = "CSE_KIT_ALLOW_UNVERIFIED_DATA"
+#: Files placed by `cse-kit data download` whose md5 differs from the reference copy by design (the SNLI
+#: conversion), with the md5 they had when placed: still verified, and an edit after placement is still caught.
+ACCEPTED = ".cse_kit_accepted.json"
+CHUNK = 1 << 20
+
+
+def allow_unverified() -> bool:
+    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").lower() in ("1", "true", "yes", "on")
+
+
+def md5_file(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def accepted_md5s(root: Path) -> dict[str, str]:
+    path = Path(root) / ACCEPTED
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def checksum_problems(ds: DatasetSpec, root: Path) -> list[str]:
+    """One line per file of ds whose md5 is neither the reference copy's nor one accepted at download."""
+    accepted = accepted_md5s(root)
+    problems = []
+    for rel, path in zip(ds.files, ds.paths(root)):
+        ref = ds.reference_md5(rel)
+        if ref is None:
+            continue
+        got = md5_file(path)
+        if got != ref and got != accepted.get(f"{ds.group}/{rel}"):
+            problems.append(f"{path}: md5 differs from the reference copy (truncated, corrupt, edited or a "
+                            "differently preprocessed copy)")
+    return problems
+
+
+def count_problems(ds: DatasetSpec, counts: dict[str, int]) -> list[str]:
+    return [f"{ds.name} {split}: {counts[split]} records, expected {expected}"
+            for split, expected in ds.counts.items() if split in counts and counts[split] != expected]
+
+
+#: (dataset, files with their size and mtime) -> problems: each file is checked once per process, again if it changes
+_CHECKED: dict[tuple, list[str]] = {}
+#: dataset -> problems of the files read anyway under CSE_KIT_ALLOW_UNVERIFIED_DATA (recorded with results)
+_READ_UNVERIFIED: dict[str, list[str]] = {}
+_checking: set[str] = set()  # counting records reads the dataset through the loaders: do not recurse
+
+
+def _check_dataset(ds: DatasetSpec, root: Path) -> None:
+    """Refuse a dataset whose files are not the registry's: md5 where the registry has one, else record counts."""
+    if ds.name in _checking:
+        return
+    paths = ds.paths(root)
+    stamp = (ds.name, *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths))
+    if stamp not in _CHECKED:
+        problems = checksum_problems(ds, root)
+        if any(ds.reference_md5(rel) is None for rel in ds.files):
+            try:
+                problems += count_problems(ds, count_records(ds.name, root))
+            except DataError as e:
+                problems.append(str(e))
+        _CHECKED[stamp] = problems
+    problems = _CHECKED[stamp]
+    if not problems:
+        return
+    if allow_unverified():
+        if ds.name not in _READ_UNVERIFIED:
+            warnings.warn(f"reading {ds.name} although it failed verification ({ALLOW_UNVERIFIED_ENV} is set): "
+                          + "; ".join(problems), stacklevel=4)
+        _READ_UNVERIFIED[ds.name] = problems
+        return
+    source = "download" if not ds.source.url.startswith("file:") else "import"
+    raise UnverifiedDataError(
+        f"dataset {ds.name} in {root} failed verification, refusing to read it: {'; '.join(problems)}. Fix: "
+        f"`cse-kit data {source} {ds.name if source == 'download' else 'PATH'}` (or `cse-kit data import PATH` "
+        f"with a good local archive) to replace it; to read it anyway, set {ALLOW_UNVERIFIED_ENV}=1 (recorded "
+        "with every result).")
+
+
+def unverified_reads() -> dict[str, list[str]]:
+    """Datasets this process read although they failed verification, with their problems."""
+    return dict(_READ_UNVERIFIED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,25 +196,17 @@ def downloads_allowed() -> bool:
 
 
 def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
-    """The folder holding the dataset's files, downloading a missing dataset on first use (progress bar, checksum,
-    atomic placement) where downloads are allowed; else MissingDatasetError naming the command that fixes it."""
+    """The folder holding the dataset's files, verified; MissingDatasetError (naming the command that fixes it) when
+    they are not there. The public loaders of `cse_kit.data` download a missing dataset on first use."""
     root = resolve_data_dir(data_dir)
     missing = [p for p in ds.paths(root) if not p.is_file()]
     if missing:
         fix = (f"Fix: `cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with a local "
                f"archive{'' if data_dir is None else f', adding --data-dir {root}'}.")
-        if not downloads_allowed():
-            raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}) and downloads are "
-                                      f"off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE). {fix}")
-        from .fetch import download
-
-        print(f"dataset {ds.name} is missing from {root}: downloading it once (set CSE_KIT_OFFLINE=1 to stop this)",
-              file=sys.stderr)
-        try:
-            download([ds.name], root)
-        except DataError as err:
-            raise MissingDatasetError(f"dataset {ds.name} is missing from {root} and could not be downloaded "
-                                      f"({err}). {fix}") from None
+        off = "" if downloads_allowed() else " and downloads are off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE)"
+        raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}){off}. {fix}",
+                                  dataset=ds.name, root=root, fix=fix)
+    _check_dataset(ds, root)
     return root / ds.group
 
 
@@ -281,8 +369,19 @@ def load_nli_triplets(name: str = "NLI", data_dir=None, path: str | os.PathLike 
 
 
 def count_records(name: str, data_dir=None) -> dict[str, int]:
-    """Records per split, counted the way the loaders (and SentEval) count them."""
-    ds = spec(name)
+    """Records per split, counted the way the loaders (and SentEval) count them (the files are not verified
+    first: counting is part of verifying them)."""
+    if name in _checking:
+        return _count_records(spec(name), data_dir)
+    _checking.add(name)
+    try:
+        return _count_records(spec(name), data_dir)
+    finally:
+        _checking.discard(name)
+
+
+def _count_records(ds: DatasetSpec, data_dir) -> dict[str, int]:
+    name = ds.name
     if ds.kind in ("sts", "sts_split"):
         return {s: len(load_sts(name, s, data_dir)) for s in ds.counts}
     if ds.kind in ("binary", "sst", "trec", "mrpc"):

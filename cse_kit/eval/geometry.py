@@ -1,4 +1,4 @@
-"""Embedding geometry and retrieval on the STS-B test set (DiffCSE Tables 9-11 and Figure 2)."""
+"""Embedding geometry and retrieval on the STS-B test set (DiffCSE Tables 9-11 and Figure 2; SCD Figure 2)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,28 @@ def align_uniform(encoder, data_dir=None, positive_threshold: float = 4.0) -> di
     return {"alignment": alignment(encoder.encode([p.sent1 for p in pos]), encoder.encode([p.sent2 for p in pos])),
             "uniformity": uniformity(encoder.encode(sentences)), "n_positive": len(pos),
             "n_sentences": len(sentences), "positive_threshold": positive_threshold}
+
+
+def sts_filter_align_uniform(encoder, data_dir=None, split: str = "test", positive_threshold: float = 4.0,
+                             batch_size: int = 128) -> dict:
+    """Alignment and uniformity as SCD's official code computes them (SentEval/senteval/sts_filter.py, task
+    STSFilterBenchmark, at fb1438a): the STS-B `split` pairs with gold >= 4 (not > 4), sorted by the two sentences'
+    word counts then gold as SentEval does, embedded WITHOUT L2 normalisation (their evaluation.py batcher returns
+    raw vectors), alignment = mean squared distance of the pairs, and uniformity of the rows ref - random, where
+    `random` is the first sentence itself for the first batch of `batch_size` pairs (SentEval's 128) and the second
+    sentence after that: log mean exp(-2 d^2) over all pairs of those difference rows. Not Wang & Isola's
+    quantities (which normalise and take uniformity over sentences): on another scale, never compare the two."""
+    pairs = [p for p in load_sts("STSBenchmark", split, data_dir) if p.score >= positive_threshold]
+    pairs = sorted(pairs, key=lambda p: (len(p.sent1.split()), len(p.sent2.split()), p.score))
+    a = np.asarray(encoder.encode([p.sent1 for p in pairs]), dtype=np.float64)
+    b = np.asarray(encoder.encode([p.sent2 for p in pairs]), dtype=np.float64)
+    difference = a - np.concatenate([a[:batch_size], b[batch_size:]])
+    sq = np.clip((difference ** 2).sum(1)[:, None] + (difference ** 2).sum(1)[None, :] - 2 * difference @ difference.T,
+                 0.0, None)
+    v = -2.0 * sq[np.triu_indices(len(difference), k=1)]
+    m = v.max()
+    return {"alignment": float(((a - b) ** 2).sum(1).mean()), "uniformity": float(m + np.log(np.exp(v - m).mean())),
+            "n_positive": len(pairs), "split": split, "positive_threshold": positive_threshold}
 
 
 def similarity_by_gold_bin(encoder, data_dir=None, bins=GOLD_BINS) -> dict:

@@ -17,10 +17,9 @@ TASK_SETS = {"sts": STS_TASKS, "transfer": TRANSFER_TASKS, "all": STS_TASKS + TR
 
 
 def parse_tasks(spec: str) -> tuple[str, ...]:
-    """`sts`, `transfer`, `all`, or a comma-separated list of task names."""
-    if spec in TASK_SETS:
-        return TASK_SETS[spec]
-    names = tuple(t.strip() for t in spec.split(",") if t.strip())
+    """`sts`, `transfer`, `all`, or a comma-separated list of task names and those sets (`sts,MR`)."""
+    parts = [t.strip() for t in spec.split(",") if t.strip()]
+    names = tuple(dict.fromkeys(n for t in parts for n in TASK_SETS.get(t, (t,))))
     unknown = [t for t in names if t not in TASK_SETS["all"]]
     if unknown or not names:
         bad = ", ".join(unknown) if unknown else repr(spec)
@@ -58,7 +57,8 @@ def evaluate(encoder: Encoder, tasks="all", mode: str = "test", data_dir=None, s
     end = time.perf_counter()
     distinct = len(set(sentences))
     return {
-        "model": model_name, "pooler": encoder.pooler, "mode": mode, "seed": seed, "sts": sts, "transfer": transfer,
+        "model": model_name, "pooler": encoder.pooler, "amp": encoder.amp, "mode": mode, "seed": seed,
+        "sts": sts, "transfer": transfer,
         "timings": {"encode_s": encode_s, "prepare_s": encoded - start - encode_s,
                     "sts_s": scored - encoded,
                     "transfer_classifier_s": sum(r["seconds"]["classifier"] for k, r in transfer.items() if k != "avg"),

@@ -7,17 +7,9 @@ from __future__ import annotations
 
 import importlib
 
-#: key -> the paper's name, in the order the report shows them (DiffCSE, the primary paper, first)
-PAPERS = {"diffcse": "DiffCSE", "scd": "SCD", "esimcse": "ESimCSE", "diffaug": "DiffAug"}
+from ..paper import PAPERS, paper_key
 
-
-def paper_key(paper: str) -> str:
-    """`scd`, `SCD` -> `scd`; an unknown paper names the known ones."""
-    key = paper.lower()
-    if key not in PAPERS:
-        raise KeyError(f"unknown paper {paper!r}; choose one of: {', '.join(PAPERS)}")
-    return key
-
+__all__ = ["PAPERS", "paper_key", "paper_module", "notebooks", "all_notebooks"]
 
 def paper_module(paper: str):
     """cse_kit.papers.<paper>, or None while the paper has no module (nothing of it implemented yet)."""

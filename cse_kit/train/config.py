@@ -1,5 +1,6 @@
-"""One training configuration: every knob of SimCSE, DiffCSE (the official code's defaults) and ESimCSE (the
-paper's)."""
+"""One training configuration: every knob of SimCSE, DiffCSE, SCD and ESimCSE, with the official code's defaults
+(SCD: the paper's BERT recipe, its official recipes are presets; ESimCSE: the paper's method, its official code a
+variant)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..methods.diffcse import CHOICES, VARIANTS
 from ..methods.esimcse import CHOICES as ESIMCSE_CHOICES
 from ..methods.esimcse import QUEUE_PER_BATCH
 from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
+from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
@@ -63,6 +65,16 @@ class TrainConfig:
     dup_sampling: str | None = None  # paper (re-drawn each time, Eq. 3) | official (fixed per sentence)
     momentum_init: str | None = None  # encoder (paper) | random (official code)
     length_buckets: str | None = None  # Table 6: "b" (two buckets, length <= b and > b) | "3-8" (<=3, 4, ..., >=8)
+    # SCD (defaults: the paper's BERT recipe, cse_kit.methods.scd.VARIANTS)
+    scd_dropout_low: float = 0.05  # r_A at every dropout site of view A (official hidden_dropout_prob)
+    scd_dropout_high: float = 0.15  # r_B of view B (official hidden_dropout_prob_noise)
+    scd_terms: str = "both"  # both | self_contrast | decorrelation: the loss terms used (Table 3)
+    scd_self_contrast_weight: float = 1.0  # weight of L_S (official task_alpha; the paper has none, i.e. 1)
+    scd_decorrelation_weight: float = 0.005  # weight of L_C (paper α, official task_beta)
+    scd_lambda: float = 0.013  # weight of the off-diagonal sum in L_C (paper λ, official task_lambda)
+    scd_temp: float = 1.0  # L_S averages cos / scd_temp: 1 in the paper, 0.05 in the official code
+    scd_reduction: str = "mean"  # mean | sum of L_S over the batch (sum: the released checkpoints)
+    scd_projector: str = "4096-4096-4096"  # widths of the projector's three layers (official --projector)
     # provenance
     preset: str | None = None
     profile: str | None = None
@@ -97,6 +109,20 @@ class TrainConfig:
             value = getattr(self, name)
             need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
         self._validate_esimcse(need)
+        self._validate_scd(need)
+
+    def _validate_scd(self, need) -> None:
+        need(0 <= self.scd_dropout_low <= self.scd_dropout_high < 1, "SCD's dropout rates need 0 <= "
+             f"scd_dropout_low <= scd_dropout_high < 1, got {self.scd_dropout_low} and {self.scd_dropout_high}")
+        need(self.scd_terms in TERMS, f"unknown scd_terms {self.scd_terms!r}; choose one of: {', '.join(TERMS)}")
+        need(self.scd_reduction in REDUCTIONS,
+             f"unknown scd_reduction {self.scd_reduction!r}; choose one of: {', '.join(REDUCTIONS)}")
+        need(min(self.scd_self_contrast_weight, self.scd_decorrelation_weight, self.scd_lambda) >= 0,
+             "scd_self_contrast_weight, scd_decorrelation_weight and scd_lambda must be >= 0")
+        need(self.scd_temp > 0, f"scd_temp must be positive, got {self.scd_temp}")
+        parse_widths(self.scd_projector)
+        need(self.method != "scd" or self.dropout is None, "SCD sets the dropout of each view itself: leave "
+             "dropout unset and use scd_dropout_low / scd_dropout_high")
 
     def _validate_esimcse(self, need) -> None:
         from .data import parse_length_buckets
@@ -149,7 +175,11 @@ def parse_value(config_field: dataclasses.Field, text: str):
         return text.lower() in ("true", "1", "yes")
     for name, cast in (("int", int), ("float", float)):
         if kind.startswith(name):
-            return cast(text)
+            try:
+                return cast(text)
+            except ValueError:
+                raise ValueError(f"{config_field.name} takes {'an integer' if cast is int else 'a number'} "
+                                 f"(e.g. {config_field.name}={config_field.default}), got {text!r}") from None
     return text
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..data import load_corpus, load_nli_triplets, resolve_data_dir
+from ..data import DataError, load_corpus, load_nli_triplets, resolve_data_dir
 from ..data.registry import REGISTRY
 
 
@@ -29,6 +29,9 @@ def load_examples(source: str, data_dir=None, max_examples: int | None = None) -
     else:
         lines = load_corpus(path=source) if is_file else load_corpus(source, data_dir)
         examples = [(line,) for line in lines]
+    if not any(text.strip() for ex in examples for text in ex):
+        raise DataError(f"training data {source!r} holds no text ({len(examples)} empty examples); give a file with "
+                        "one sentence per line (or an NLI triplet CSV), or re-import the dataset")
     return examples[:max_examples] if max_examples else examples
 
 

@@ -6,6 +6,7 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 
 from __future__ import annotations
 
+from ..methods.scd import VARIANTS as SCD_VARIANTS
 from .config import TrainConfig, apply_overrides
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
@@ -15,9 +16,13 @@ _DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant
 # for large models: run.sh and the BERT-large training log use 0.1, the run behind the published 79.31)
 _ESIMCSE = {"method": "esimcse", "projector": "mlp", "pooler": "cls_before_pooler", "epochs": 1, "batch_size": 64,
             "eval_steps": 125, "metric": "stsb_spearman", "momentum": 0.995, "esimcse_variant": "paper"}
+# SCD §3.1 and the README: batch 192, lr 3e-5, 1 epoch, [CLS] without the NSP pooler. The paper does not say how
+# checkpoints were selected; every SCD preset does as the README (SICK-R dev every 250 steps).
+_SCD = {"method": "scd", "lr": 3e-5, "batch_size": 192, "epochs": 1, "pooler": "cls_before_pooler",
+        "metric": "sickr_spearman", "eval_steps": 250}
 
 #: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
-#: §2.4 and ESimCSE/run.sh.
+#: §2.3 (SCD: paper §3.1, the official README and issue #2), §2.4 and ESimCSE/run.sh.
 PRESETS = {
     "simcse-bert": ("bert", {**_SIMCSE, "lr": 3e-5, "batch_size": 64}),
     "simcse-roberta": ("roberta", {**_SIMCSE, "lr": 1e-5, "batch_size": 512}),
@@ -29,6 +34,11 @@ PRESETS = {
                                        "metric": "transfer_devacc"}),
     "diffcse-roberta-transfer": ("roberta", {**_DIFFCSE, "lr": 3e-6, "batch_size": 128, "mask_ratio": 0.15,
                                              "lam": 0.05, "metric": "transfer_devacc"}),
+    # SCD: one preset per recipe of cse_kit.methods.scd.VARIANTS (Table 3's rows are scd-bert with scd_terms set)
+    "scd-bert": ("bert", {**_SCD, **SCD_VARIANTS["paper"]["bert"]}),
+    "scd-roberta": ("roberta", {**_SCD, **SCD_VARIANTS["paper"]["roberta"]}),
+    "scd-bert-official": ("bert", {**_SCD, **SCD_VARIANTS["official-code"]["bert"]}),
+    "scd-bert-released": ("bert", {**_SCD, **SCD_VARIANTS["released-checkpoints"]["bert"]}),
     "esimcse-bert": ("bert", {**_ESIMCSE, "lr": 3e-5, "dup_rate": 0.32, "queue_size": 160, "dropout": 0.1}),
     "esimcse-bert-large": ("bert-large", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.32, "queue_size": 160,
                                           "dropout": 0.1}),
@@ -73,7 +83,9 @@ PROFILES = {
               # STS-B dev selects here for every preset: transfer dev accuracy encodes 100k sentences, not seconds
               "settings": {"data": "Wiki1M-sample", "max_examples": 128, "batch_size": 16, "epochs": 1,
                            "eval_steps": 8, "log_steps": 2, "lr": 1e-4, "mixed_precision": "no",
-                           "metric": "stsb_spearman"},
+                           "metric": "stsb_spearman",
+                           # SCD's projector 512 wide instead of 4096: 4096² weights would make the tiny runs slow
+                           "scd_projector": "512-512-512"},
               # SentEval's fast configuration keeps the smoke report within minutes
               "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
 }

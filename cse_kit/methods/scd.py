@@ -1,0 +1,187 @@
+"""SCD (Klein & Nabi 2022): self-contrastive decorrelation. Each sentence is encoded twice, with a low dropout rate
+r_A and a high one r_B at every dropout site of the encoder (embeddings, attention probabilities, attention output,
+feed-forward output). The self-contrastive term L_S, the mean cosine of the two views' sentence vectors, is
+minimised (it pushes the views apart); the decorrelation term L_C, Barlow Twins on a wide projector, pulls them
+together. There are no pairs across sentences. Only the encoder is exported."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..eval.encode import check_pooler, pool
+from .contrastive import gather_with_grad
+
+TERMS = {"both": "L_S + L_C (the method)", "self_contrast": "L_S only (Table 3, 'SCD (L_S)')",
+         "decorrelation": "L_C only (Table 3, 'SCD (L_C)')"}
+REDUCTIONS = {"mean": "L_S is the batch mean of the cosines (paper Eq. 2, official code at HEAD)",
+              "sum": "L_S is their batch sum (the released checkpoints, official issue #2)"}
+
+#: The three recipes, as config fields. Sources: paper §3.1 (both backbones); official README's BERT command
+#: (`--task_alpha 1 --task_beta 0.005225 --task_lambda 0.012 --temp 0.05 --hidden_dropout_prob 0.05
+#: --hidden_dropout_prob_noise 0.155`); official issue #2 (the released checkpoints: `.sum()` in L_S, task_beta
+#: 1.05, the README's other values). The README gives no RoBERTa command, so official recipes are BERT's only.
+VARIANTS = {
+    "paper": {
+        "bert": {"scd_dropout_low": 0.05, "scd_dropout_high": 0.15, "scd_self_contrast_weight": 1.0,
+                 "scd_decorrelation_weight": 0.005, "scd_lambda": 0.013, "scd_temp": 1.0, "scd_reduction": "mean"},
+        "roberta": {"scd_dropout_low": 0.065, "scd_dropout_high": 0.24, "scd_self_contrast_weight": 1.0,
+                    "scd_decorrelation_weight": 0.0033, "scd_lambda": 0.028, "scd_temp": 1.0,
+                    "scd_reduction": "mean"},
+    },
+    "official-code": {
+        "bert": {"scd_dropout_low": 0.05, "scd_dropout_high": 0.155, "scd_self_contrast_weight": 1.0,
+                 "scd_decorrelation_weight": 0.005225, "scd_lambda": 0.012, "scd_temp": 0.05,
+                 "scd_reduction": "mean"},
+    },
+    "released-checkpoints": {
+        "bert": {"scd_dropout_low": 0.05, "scd_dropout_high": 0.155, "scd_self_contrast_weight": 1.0,
+                 "scd_decorrelation_weight": 1.05, "scd_lambda": 0.012, "scd_temp": 0.05, "scd_reduction": "sum"},
+    },
+}
+
+
+def parse_widths(spec: str) -> list[int]:
+    """'4096-4096-4096' (the official --projector format) -> [4096, 4096, 4096]."""
+    try:
+        widths = [int(w) for w in spec.split("-")]
+    except ValueError:
+        widths = []
+    if not widths or min(widths) < 1:
+        raise ValueError(f"projector widths must be positive integers joined by '-' (e.g. 4096-4096-4096), "
+                         f"got {spec!r}")
+    return widths
+
+
+class SCDProjector(nn.Sequential):
+    """The paper's projector p: Linear(d, w1) -> BN -> ReLU -> Linear(w1, w2, no bias) -> BN -> ReLU ->
+    Linear(w2, w3, no bias) for widths '4096-4096-4096' (the first Linear has a bias, as the official cl_init)."""
+
+    def __init__(self, hidden: int, widths: list[int]):
+        sizes = [hidden, *widths]
+        layers = []
+        for i in range(len(sizes) - 2):
+            layers += [nn.Linear(sizes[i], sizes[i + 1], bias=i == 0), nn.BatchNorm1d(sizes[i + 1]), nn.ReLU()]
+        layers.append(nn.Linear(sizes[-2], sizes[-1], bias=len(sizes) == 2))
+        super().__init__(*layers)
+
+
+def dropout_sites(encoder: nn.Module) -> list[nn.Dropout]:
+    """Every nn.Dropout of the encoder. In transformers 5, BERT/RoBERTa's embedding, attention-output and
+    feed-forward dropouts run these modules, and the self-attention reads its module's `.p` at each forward and
+    hands it to the attention kernel (SDPA's dropout_p, or the eager path's functional dropout): setting `.p`
+    reaches all four sites. A model that keeps a dropout rate as a plain number is refused, as it would keep its
+    own rate in both views."""
+    for name, module in encoder.named_modules():
+        for attr, value in vars(module).items():
+            if "dropout" in attr and isinstance(value, float):
+                raise ValueError(f"{type(encoder).__name__} keeps a dropout rate as a number ({name or 'model'}."
+                                 f"{attr}), which SCD cannot set per view; use a BERT or RoBERTa encoder")
+    sites = [m for m in encoder.modules() if isinstance(m, nn.Dropout)]
+    if not sites:
+        raise ValueError(f"{type(encoder).__name__} has no nn.Dropout module: SCD's two views need dropout")
+    return sites
+
+
+@contextlib.contextmanager
+def dropout_rate(sites: list[nn.Dropout], rate: float):
+    """Every site at `rate` inside the block, their own rates again after it."""
+    before = [m.p for m in sites]
+    for m in sites:
+        m.p = rate
+    try:
+        yield
+    finally:
+        for m, p in zip(sites, before):
+            m.p = p
+
+
+def off_diagonal(c: torch.Tensor) -> torch.Tensor:
+    return c[~torch.eye(len(c), dtype=torch.bool, device=c.device)]
+
+
+class SCD(nn.Module):
+    """Batch: input_ids / attention_mask (/ token_type_ids) of shape (batch, views, length); the views are the same
+    sentence (the data layer duplicates it), and view 0 is encoded once at each rate."""
+
+    method = "scd"
+
+    def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", dropout_low: float = 0.05,
+                 dropout_high: float = 0.15, terms: str = "both", self_contrast_weight: float = 1.0,
+                 decorrelation_weight: float = 0.005, lam: float = 0.013, temp: float = 1.0,
+                 reduction: str = "mean", projector: str = "4096-4096-4096"):
+        super().__init__()
+        if not 0 <= dropout_low <= dropout_high < 1:
+            raise ValueError(f"SCD's dropout rates need 0 <= r_A <= r_B < 1, got r_A={dropout_low}, r_B={dropout_high}")
+        if terms not in TERMS:
+            raise ValueError(f"unknown SCD terms {terms!r}; choose one of: {', '.join(TERMS)}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"unknown SCD reduction {reduction!r}; choose one of: {', '.join(REDUCTIONS)}")
+        if min(self_contrast_weight, decorrelation_weight, lam) < 0 or temp <= 0:
+            raise ValueError("SCD's loss weights and lambda must be >= 0 and its temperature > 0")
+        self.encoder = encoder
+        self.pooler = check_pooler(pooler)
+        self.sites = dropout_sites(encoder)
+        self.rates = (dropout_low, dropout_high)
+        self.terms, self.reduction = terms, reduction
+        self.self_contrast_weight, self.decorrelation_weight = self_contrast_weight, decorrelation_weight
+        self.lam, self.temp = lam, temp
+        widths = parse_widths(projector)
+        if terms != "self_contrast":  # without L_C the projector would be a parameter without gradient (DDP refuses)
+            self.projector = SCDProjector(encoder.config.hidden_size, widths)
+            self.bn = nn.BatchNorm1d(widths[-1], affine=False)
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, encoder) -> "SCD":
+        return cls(encoder, pooler=cfg.pooler, dropout_low=cfg.scd_dropout_low, dropout_high=cfg.scd_dropout_high,
+                   terms=cfg.scd_terms, self_contrast_weight=cfg.scd_self_contrast_weight,
+                   decorrelation_weight=cfg.scd_decorrelation_weight, lam=cfg.scd_lambda, temp=cfg.scd_temp,
+                   reduction=cfg.scd_reduction, projector=cfg.scd_projector)
+
+    def encode(self, inputs: dict, rate: float) -> torch.Tensor:
+        """Pooled sentence vectors of one encoder pass with every dropout site at `rate`."""
+        hidden_states = self.pooler in ("avg_top2", "avg_first_last", "avg_emb_last")
+        with dropout_rate(self.sites, rate):
+            outputs = self.encoder(**inputs, output_hidden_states=hidden_states)
+        return pool(outputs, inputs["attention_mask"], self.pooler)
+
+    def cross_correlation(self, h_a: torch.Tensor, h_b: torch.Tensor) -> torch.Tensor:
+        """c = BN(p(h_A))ᵀ BN(p(h_B)) / N. Each view goes through the projector on its own (its own BatchNorm
+        statistics, as the official code); the product is taken in float32, outside autocast."""
+        z_a, z_b = self.bn(self.projector(h_a)), self.bn(self.projector(h_b))
+        with torch.autocast(z_a.device.type, enabled=False):
+            return z_a.float().T @ z_b.float() / len(z_a)
+
+    def losses(self, h_a: torch.Tensor, h_b: torch.Tensor) -> dict:
+        """The loss of this process's views, computed on every process's rows (gathered with gradient), so N
+        processes compute the loss, the BatchNorm statistics and the gradient of one process on the global batch."""
+        h_a, h_b = gather_with_grad(h_a), gather_with_grad(h_b)
+        cosine = F.cosine_similarity(h_a.float(), h_b.float(), dim=-1)
+        out = {"cosine": cosine.mean().detach()}
+        loss = 0.0
+        if self.terms != "decorrelation":
+            scaled = cosine / self.temp
+            self_contrast = scaled.mean() if self.reduction == "mean" else scaled.sum()
+            loss = loss + self.self_contrast_weight * self_contrast
+            out["self_contrast"] = self_contrast.detach()
+        if self.terms != "self_contrast":
+            c = self.cross_correlation(h_a, h_b)
+            on_diagonal = (1 - torch.diagonal(c)).pow(2).sum()
+            off = off_diagonal(c).pow(2).sum()
+            decorrelation = on_diagonal + self.lam * off
+            loss = loss + self.decorrelation_weight * decorrelation
+            out.update(decorrelation=decorrelation.detach(), on_diagonal=on_diagonal.detach(),
+                       off_diagonal=off.detach())
+        return {"loss": loss, **out}
+
+    def forward(self, batch: dict) -> dict:
+        views = batch["input_ids"].shape[1]
+        if views != 2:
+            raise ValueError(f"SCD trains on unlabelled sentences (two views of each); got {views} views: NLI "
+                             "triplets are not supported (the official code refuses them too)")
+        inputs = {k: v[:, 0] for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        h_a, h_b = (self.encode(inputs, rate) for rate in self.rates)
+        return self.losses(h_a, h_b)

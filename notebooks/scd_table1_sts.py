@@ -1,0 +1,56 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # SCD Table 1: STS test
+# Spearman (×100) on STS12-16 (`all` aggregation), STS-B and SICK-R test, `cls_before_pooler` at test. Rows:
+# the untrained backbone's [CLS] and first-last average (computed by the kit), SimCSE as the SCD authors trained it
+# (`simcse-*`), SCD's released checkpoint (paper profile) and ours (`scd-*`, the `recipe` parameter). The rows
+# the paper cites from other work (♣ ♡ ♢) are shown as published only.
+
+# %% tags=["parameters"]
+profile: str = "auto"  # paper (GPU + Hub), cpu (all-MiniLM-L6-v2, offline), smoke (tiny models); auto: paper with a GPU
+seeds: list = []  # training seeds; empty: the profile's default
+data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
+results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results
+force: bool = False  # retrain and re-evaluate even when a finished run exists
+recipe: str = "paper"  # SCD recipe: paper | official-code | released-checkpoints (the last two: BERT only)
+backbones: list = ["bert", "roberta"]  # encoders of the table (RoBERTa runs on the paper profile only)
+backbone: str = None  # run only this backbone, e.g. -p backbone bert; None runs both
+
+# %%
+from IPython.display import display
+
+from cse_kit import experiments as ex, plots
+from cse_kit.papers import scd
+
+chosen = ex.sweep(backbones, backbone, "backbone")
+scd.check_backbones(chosen)
+scd.check_recipe(recipe, chosen)
+s = ex.setup(profile, seeds, data_dir, results_dir, force)
+
+# %%
+columns = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg."]
+long = ex.run_rows(scd.table1_rows(chosen, s.profile, recipe), s, ("sts_test",), ex.sts_test_columns)
+comparison = ex.compare(long, 1, columns, paper="scd")
+display(ex.show(comparison, f"SCD Table 1: STS test Spearman, paper vs reproduced (SCD recipe: {recipe})"))
+display(scd.literature(1))
+
+# %%
+figure = plots.bars(comparison, "Avg.", "SCD Table 1: average STS test")
+
+# %%
+ex.save_table(s, "scd_table1_sts", "SCD Table 1: STS test", comparison, [figure], paper="scd",
+              notes=[f"SCD recipe: {recipe}"])

@@ -1,0 +1,80 @@
+"""The parallel runner: several local worker processes (submitit) share one results store through its locks."""
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cse_kit import experiments as ex
+from cse_kit import parallel
+from cse_kit.results import Pretrained, ResultStore
+from cse_kit.train.presets import build_config
+
+
+def _runs(seeds):
+    return [build_config("simcse-bert", "smoke", {"seed": seed, "max_steps": 2, "eval_steps": 2}) for seed in seeds]
+
+
+def test_two_workers_train_each_pending_run_once_and_the_table_then_only_reads(data_dir, tmp_path, monkeypatch):
+    store = ResultStore(tmp_path / "results", data_dir)
+    subjects = _runs([1, 2, 3])
+    store.get(subjects[0], ("sts_dev",))  # already finished: no worker touches it
+    first = store.record_path(store.key(subjects[0])).read_text()
+    computed = parallel.compute_all(store, [(s, ("sts_dev",)) for s in subjects], workers=2, log=lambda *a: None)
+    assert sorted(computed) == sorted(store.key(s) for s in subjects[1:])  # each once, over both workers
+    assert store.record_path(store.key(subjects[0])).read_text() == first  # a finished record is never rewritten
+    for s in subjects[1:]:
+        record = json.loads(store.record_path(store.key(s)).read_text())
+        steps = [r["step"] for r in record["train_curve"]]
+        assert steps == sorted(set(steps)) and record["train"]["steps"] == 2  # curves written once, in order
+    logs = sorted((tmp_path / "results" / "jobs").glob("*_log.out"))
+    assert len(logs) == 2  # two worker processes ran
+
+    # a notebook's rows with CSE_KIT_WORKERS set: everything is in the store, so nothing is submitted again
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+    s = ex.setup("smoke", seeds=[2, 3], data_dir=str(data_dir), results_dir=str(tmp_path / "results"))
+    assert s.workers == 2
+    table = ex.run_rows([ex.Row("SimCSE", "simcse-bert", {"max_steps": 2, "eval_steps": 2})], s, ("sts_dev",),
+                        ex.dev_columns)
+    assert list(table["status"]) == ["ok", "ok"] and len(list((tmp_path / "results" / "jobs").glob("*_log.out"))) == 2
+
+
+@pytest.mark.slow
+def test_a_run_held_by_a_process_that_dies_is_taken_over_by_a_worker(data_dir, tmp_path):
+    store = ResultStore(tmp_path / "results", data_dir)
+    held, free = Pretrained("smoke-bert", "cls_before_pooler", "smoke"), Pretrained("smoke-bert", "avg", "smoke")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom cse_kit.results import ResultStore, Pretrained\n"
+         f"s = ResultStore({str(tmp_path / 'results')!r}, {str(data_dir)!r})\n"
+         "s.lock(s.key(Pretrained('smoke-bert', 'cls_before_pooler', 'smoke'))).acquire()\n"
+         "print('held', flush=True)\ntime.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    # the holder dies (kill -9) once the workers are past their first walk over the runs
+    killer = threading.Timer(20, holder.send_signal, (signal.SIGKILL,))
+    killer.start()
+    start = time.perf_counter()
+    try:
+        computed = parallel.compute_all(store, [(held, ("sts_dev",)), (free, ("sts_dev",))], workers=2,
+                                        log=lambda *a: None)
+    finally:
+        killer.cancel()
+        holder.kill()
+    assert time.perf_counter() - start >= 20  # it was waited for, not skipped
+    assert sorted(computed) == sorted([store.key(held), store.key(free)])
+    assert store.has(held, ("sts_dev",)) and store.has(free, ("sts_dev",))
+    waited = "".join(p.read_text() for p in (tmp_path / "results" / "jobs").glob("*_log.err"))
+    assert f"waiting for run {store.key(held)}: another process holds" in waited
+
+
+def test_worker_settings_are_checked(monkeypatch):
+    monkeypatch.setenv(parallel.WORKERS_ENV, "two")
+    with pytest.raises(ValueError, match="CSE_KIT_WORKERS must be a whole number"):
+        parallel.settings()
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+    monkeypatch.setenv(parallel.CLUSTER_ENV, "ray")
+    with pytest.raises(ValueError, match="CSE_KIT_CLUSTER one of local, slurm"):
+        parallel.settings()
