@@ -70,7 +70,7 @@ def test_first_step_has_no_queue_negatives(tok):
     with_queue, without = _model(tok, queue_size=8, length_extension="none"), _model(tok, queue_size=0,
                                                                                       length_extension="none")
     batch = _batch(tok)
-    assert float(with_queue(batch)["loss"]) == pytest.approx(float(without(batch)["loss"]), rel=1e-6)
+    assert float(with_queue(batch)["loss"].detach()) == pytest.approx(float(without(batch)["loss"].detach()), rel=1e-6)
     assert int(with_queue.queue_filled) == 4 and not hasattr(without, "momentum_encoder")
 
 
@@ -360,6 +360,10 @@ def _notebook(name, tmp_path, data_dir, **params):
     ("esimcse_table6_bucketing", {"bucket": "8-3"}, "bucket settings"),
     ("esimcse_table5_extension", {"extension": "+Shuffling"}, "length-extension methods"),
     ("esimcse_table3_sts", {"backbone": "gpt2"}, "unknown backbone"),
+    ("esimcse_table1_7_length_bias", {"length_unit": "chars"}, "length_unit must be one of words, tokens"),
+    ("esimcse_table1_7_length_bias", {"threshold": -1}, "threshold must be an integer >= 0"),
+    ("esimcse_table8_new_bias", {"overlap_low": 0.3, "overlap_high": 0.2}, "need 0 < overlap_low <= overlap_high"),
+    ("esimcse_table2_examples", {"dup_rate": 0.3}, r"unknown notebook parameter\(s\) \['dup_rate'\]"),
 ])
 def test_bad_notebook_parameters_fail_in_the_first_cell(name, params, message, tmp_path, data_dir):
     import papermill
@@ -399,3 +403,171 @@ def test_table_rows_share_runs_and_follow_the_paper():
     t3 = esimcse.table3_rows(list(esimcse.BACKBONE_LABELS), "cpu")
     assert {r.label.removesuffix(" (released checkpoint)") for r in t3} == set(paper_table(3, "esimcse").index)
     assert [r.preset for r in t3 if r.preset] == [f"esimcse-{b}" for b in esimcse.BACKBONE_LABELS]
+
+
+# ---- Tables 1, 2, 7, 8: measurements on a model -------------------------------------------------------------------
+
+class _Constant:
+    """An encoder whose every sentence has the same embedding: every cosine is 1."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def encode(self, sentences):
+        import numpy as np
+
+        return np.tile([[3.0, 4.0]], (len(sentences), 1))
+
+
+def test_length_bias_splits_pairs_by_length_difference_and_averages_cos_minus_gold(tok, data_dir):
+    import numpy as np
+
+    from cse_kit.data import load_sts
+    from cse_kit.papers.esimcse import length_bias
+
+    encoder = _Constant(tok)
+    bias = length_bias(encoder, data_dir)  # cos = 1: |cos - gold/5| = 1 - gold/5 on every pair
+    pairs = load_sts("STSBenchmark", "test", data_dir)
+    far = np.array([abs(len(p.sent1.split()) - len(p.sent2.split())) > 3 for p in pairs])
+    miss = np.array([100 * (1 - p.score / 5) for p in pairs])
+    assert 0 < far.sum() < len(pairs)
+    assert bias[">"]["STS-B"] == pytest.approx(miss[far].mean()) and bias["≤"]["STS-B"] == pytest.approx(miss[~far].mean())
+    for side in bias.values():
+        assert list(side) == ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg."]
+        assert side["Avg."] == pytest.approx(np.mean([v for k, v in side.items() if k != "Avg."]))
+    assert length_bias(encoder, data_dir, absolute=False) == bias  # cos >= gold everywhere: the signs agree
+    everything = length_bias(encoder, data_dir, threshold=1000)
+    assert math.isnan(everything[">"]["STS-B"]) and everything["≤"]["STS-B"] == pytest.approx(miss.mean())
+    sick = np.array([p.score for p in load_sts("SICKRelatedness", "test", data_dir)])
+    minmax = length_bias(encoder, data_dir, threshold=1000, gold="minmax")["≤"]
+    assert minmax["SICK-R"] == pytest.approx(100 * (1 - (sick - 1) / 4).mean())
+    assert minmax["STS-B"] == everything["≤"]["STS-B"]  # only SICK-R (1-5) is rescaled
+    tokens = length_bias(encoder, data_dir, unit="tokens")
+    assert tokens[">"]["STS-B"] != bias[">"]["STS-B"]  # sub-words split the pairs differently
+
+
+def _long(rows):
+    import pandas as pd
+
+    return pd.DataFrame([{"row": r, "seed": s, "status": "ok", "reason": "", "Avg.": v} for r, s, v in rows])
+
+
+def test_table1_and_the_gaps_are_read_off_table7():
+    from cse_kit.papers.esimcse import length_gaps, table1_from_table7
+
+    long = _long([("SimCSE (LD > 3)", 1, 10.0), ("SimCSE (LD ≤ 3)", 1, 13.0), ("SimCSE (LD > 3)", 2, 12.0),
+                  ("SimCSE (LD ≤ 3)", 2, 13.0), ("ESimCSE (LD > 3)", 1, 20.0), ("ESimCSE (LD ≤ 3)", 1, 20.5),
+                  ("ESimCSE (LD > 3)", 2, 20.0), ("ESimCSE (LD ≤ 3)", 2, 20.5)])
+    table1 = table1_from_table7(long, 3)
+    assert list(table1.row) == ["> 3", "≤ 3", "> 3", "≤ 3"] and list(table1["Avg. Similarity Diff"]) == [10, 13, 12, 13]
+    gaps = length_gaps(long, 3).set_index("model")
+    assert gaps.loc["SimCSE", "ours"] == 2.0 and gaps.loc["SimCSE", "ours per seed"] == "3.00, 1.00"
+    assert (gaps.loc["SimCSE", "paper"], gaps.loc["ESimCSE", "paper"]) == (1.84, 0.71)  # papers.md §5.3 Table 7
+    assert gaps.loc["ESimCSE", "ours"] == 0.5
+    other = long.assign(row=long.row.str.replace(" 3)", " 5)"))
+    assert math.isnan(length_gaps(other, 5).set_index("model").loc["SimCSE", "paper"])  # the paper used 3 only
+
+
+def test_table2_holds_the_papers_five_edits_as_plain_text():
+    import pandas as pd
+
+    from cse_kit.papers.esimcse import example_label, table2_comparison, table2_sentences
+
+    examples = table2_sentences()
+    original = examples[0][1]
+    assert [e[2] for e in examples] == [1.0, 0.69, 0.32, 0.99, 0.98]
+    assert "**" not in "".join(e[1] for e in examples) and "~~" not in "".join(e[1] for e in examples)
+    assert examples[2][1] == original.replace("this apple", "this")  # the deletion removes the struck word
+    assert examples[3][1].split() == original.replace("like", "like like").replace("so", "so so").replace(
+        "and", "and and").split()
+    labels = [example_label(m, x) for m, x, _ in examples]
+    long = pd.DataFrame([{"row": "SimCSE", "seed": s, "status": "ok", "reason": "",
+                          **{label: 0.5 + 0.1 * s for label in labels}} for s in (1, 2)]
+                        + [{"row": "SimCSE (released checkpoint)", "seed": 1, "status": "not run",
+                            "reason": "needs the Hub"}])
+    comparison = table2_comparison(long).set_index(["row", "column"])
+    cell = comparison.loc[(labels[1], "SimCSE")]
+    assert (cell["paper"], cell["n"]) == (0.69, 2) and cell["mean"] == pytest.approx(0.65)
+    assert cell["std"] == pytest.approx(0.1 / math.sqrt(2)) and cell["diff"] == pytest.approx(0.65 - 0.69)
+    missing = comparison.loc[(labels[1], "SimCSE (released checkpoint)")]
+    assert missing["n"] == 0 and missing["reason"] == "needs the Hub"
+
+
+def test_new_bias_candidates_overlap_as_asked_and_repeat_exactly_the_overlapping_words():
+    import random
+
+    from cse_kit.papers.esimcse import new_bias_triples, overlap, repeat_overlapping, words
+
+    q = "I like this apple because it looks very fresh"
+    s1 = "This is a very tall tree and it looks like a giant."  # the paper's example
+    assert overlap(q, s1) == pytest.approx(5 / 12)  # this, very, it, looks, like of 12 words
+    assert repeat_overlapping(s1, q) == "This This is a very very tall tree and it it looks looks like like a giant."
+    assert repeat_overlapping("fresh, so fresh!", q) == "fresh fresh, so fresh fresh!"
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(40)]
+    corpus = [" ".join(rng.choices(vocab, k=rng.randint(6, 14))) for _ in range(400)]
+    triples = new_bias_triples(corpus, queries=30, low=0.13, high=0.17, seed=3, pool=400)
+    assert len(triples) == 30 and len({t[0] for t in triples}) == 30
+    assert triples == new_bias_triples(corpus, queries=30, low=0.13, high=0.17, seed=3, pool=400)
+    for q, s1, s2 in triples:
+        assert q != s1 and 0.13 <= overlap(q, s1) <= 0.17
+        shared = set(words(q))
+        assert words(s2) == [x for w in words(s1) for x in ([w, w] if w in shared else [w])]
+    disjoint = [f"a{i} b{i} c{i}" for i in range(50)]
+    assert new_bias_triples(disjoint, queries=5) == []  # no query has a candidate: each is skipped
+
+
+def test_analysed_models_are_ours_and_the_released_ones_on_the_paper_profile():
+    from cse_kit.papers.esimcse import model_rows
+
+    rows = model_rows("cpu")
+    assert [r.label for r in rows] == ["SimCSE", "SimCSE (released checkpoint)", "ESimCSE",
+                                       "ESimCSE (released checkpoint)"]
+    assert [r.preset for r in rows] == ["simcse-bert", None, "esimcse-bert", None]
+    assert all("Hub" in r.unavailable for r in rows[1::2])
+    assert [r.model for r in model_rows("paper")[1::2]] == ["princeton-nlp/unsup-simcse-bert-base-uncased",
+                                                           "ffgcc/esimcse-bert-base-uncased"]
+
+
+@pytest.mark.slow  # two smoke trainings, and both models encode the seven STS test sets (about 30 s)
+def test_length_bias_notebook_on_smoke_compares_tables_1_and_7_with_the_paper(tmp_path, data_dir):
+    from cse_kit import report
+
+    nb = _notebook("esimcse_table1_7_length_bias", tmp_path, data_dir, seeds=[1])
+    table = report.table_of(nb)
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert cells[("1: > 3", "Avg. Similarity Diff")]["paper"] == 16.34 and cells[("1: > 3", "Avg. Similarity Diff")]["n"] == 1
+    assert cells[("7: ESimCSE (LD ≤ 3)", "Avg.")]["paper"] == 22.38 and cells[("7: ESimCSE (LD ≤ 3)", "Avg.")]["n"] == 1
+    assert cells[("7: SimCSE (LD > 3) (released checkpoint)", "STS12")]["n"] == 0  # needs the Hub
+    assert [g["model"] for g in table["extra"]["tables"]["Avg.(LD ≤ t) − Avg.(LD > t)"]] == ["SimCSE", "ESimCSE"]
+    assert "threshold 3" in table["notes"][0]
+
+
+def test_examples_notebook_on_smoke_scores_the_five_edits_with_each_model(tmp_path, data_dir):
+    from cse_kit import report
+
+    nb = _notebook("esimcse_table2_examples", tmp_path, data_dir, seeds=[1])
+    lines = report.table_of(nb)["comparison"]
+    assert {c["column"] for c in lines} == {"SimCSE", "SimCSE (released checkpoint)", "ESimCSE",
+                                            "ESimCSE (released checkpoint)"}
+    assert [c["paper"] for c in lines if c["column"] == "ESimCSE"] == [1.0, 0.69, 0.32, 0.99, 0.98]
+    ours = [c for c in lines if c["n"] == 1]
+    assert len(ours) == 10 and all(-1 <= c["mean"] <= 1 + 1e-6 for c in ours)
+    assert all(c["mean"] == pytest.approx(1) for c in ours if c["row"].startswith("original sentence"))
+    assert all("needs the Hub" in c["reason"] for c in lines if c["n"] == 0)
+
+
+@pytest.mark.slow  # two smoke trainings and 100 queries encoded by each model
+def test_new_bias_notebook_on_smoke_shows_the_papers_numbers_and_the_gains(tmp_path, data_dir):
+    from cse_kit import report
+
+    nb = _notebook("esimcse_table8_new_bias", tmp_path, data_dir, seeds=[1], queries=20)
+    table = report.table_of(nb)
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert (cells[("SimCSE", "Sim⟨q,s1⟩")]["paper"], cells[("ESimCSE", "Sim⟨q,s2⟩")]["paper"]) == (26.39, 36.87)
+    assert cells[("ESimCSE", "Sim⟨q,s2⟩")]["n"] == 1 and cells[("ESimCSE (released checkpoint)", "Sim⟨q,s2⟩")]["n"] == 0
+    gains = {g["model"]: g for g in table["extra"]["tables"]["Sim⟨q,s2⟩ − Sim⟨q,s1⟩"]}
+    assert (gains["SimCSE"]["paper"], gains["ESimCSE"]["paper"]) == (0.68, 0.05)
+    ours = cells[("SimCSE", "Sim⟨q,s2⟩")]["mean"] - cells[("SimCSE", "Sim⟨q,s1⟩")]["mean"]
+    assert gains["SimCSE"]["ours"] == pytest.approx(ours, abs=0.006)
+    assert "20 queries from Wiki1M-sample" in table["notes"][0]
