@@ -123,6 +123,24 @@ def corrective_lm_loss(vocab_logits: torch.Tensor, copy_logits: torch.Tensor, or
     return -log_p, copy_loss
 
 
+def generator_head_input(generator: nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """What a masked LM's output embedding (its vocabulary projection) receives, shape (batch, length, dim).
+    The projection itself is skipped here: a pre-hook hands it an empty slice, so no (batch, length, vocab)
+    tensor is ever built."""
+    captured = {}
+
+    def capture(module, args):
+        captured["hidden"] = args[0]
+        return (args[0][..., :0, :],)
+
+    handle = generator.get_output_embeddings().register_forward_pre_hook(capture)
+    try:
+        generator(input_ids=ids, attention_mask=attention_mask)
+    finally:
+        handle.remove()
+    return captured["hidden"]
+
+
 class DiffCSE(SimCSE):
     method = "diffcse"
 
@@ -198,21 +216,7 @@ class DiffCSE(SimCSE):
         return torch.cat([self._h.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
     def _generator_head_input(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """What the generator's output embedding (its vocabulary projection) receives, shape (batch, length, dim).
-        The projection itself is skipped here: a pre-hook hands it an empty slice, so no (batch, length, vocab)
-        tensor is ever built."""
-        captured = {}
-
-        def capture(module, args):
-            captured["hidden"] = args[0]
-            return (args[0][..., :0, :],)
-
-        handle = self.generator.get_output_embeddings().register_forward_pre_hook(capture)
-        try:
-            self.generator(input_ids=ids, attention_mask=attention_mask)
-        finally:
-            handle.remove()
-        return captured["hidden"]
+        return generator_head_input(self.generator, ids, attention_mask)
 
     def _generator_choices(self, hidden: torch.Tensor) -> torch.Tensor:
         """The generator's token at each row of `hidden` (rows, dim): argmax or a sample of its distribution.

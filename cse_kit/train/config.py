@@ -1,5 +1,6 @@
-"""One training configuration: every knob of SimCSE, DiffCSE and SCD, with the official code's defaults (SCD: the
-paper's BERT recipe; its official recipes are presets)."""
+"""One training configuration: every knob of SimCSE, DiffCSE, SCD and ESimCSE, with the official code's defaults
+(SCD: the paper's BERT recipe, its official recipes are presets; ESimCSE: the paper's method, its official code a
+variant)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from ..data.registry import ORDERED_CORPORA
 from ..eval.encode import POOLERS
 from ..methods.contrastive import PROJECTORS
 from ..methods.diffcse import ABLATIONS, CHOICES, VARIANTS, check_ablation
+from ..methods.esimcse import CHOICES as ESIMCSE_CHOICES
+from ..methods.esimcse import QUEUE_PER_BATCH
+from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
 from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
@@ -70,6 +74,16 @@ class TrainConfig:
     edit: str = "replace"  # replace | insert | delete | all
     target: str = "same"  # same | next | same+next (next needs an ordered corpus)
     contrastive: bool = True  # False: λ·L_task only ("w/o contrastive loss")
+    # ESimCSE (defaults: the paper's method; esimcse_variant=official-code gives the official code's two choices)
+    dup_rate: float = 0.32  # maximal repetition rate (Table 9)
+    dup_level: str = "subword"  # subword (the method) | word (Table 5)
+    length_extension: str = "repetition"  # repetition | stopword | mask | masked_prediction | none (Tables 4-6)
+    momentum: float = 0.995  # EMA coefficient of the momentum encoder
+    queue_size: int | None = None  # momentum queue length M; None: 2.5 x batch_size; 0: no momentum encoder
+    esimcse_variant: str = "paper"  # paper | official-code: the defaults of the two choices below
+    dup_sampling: str | None = None  # paper (re-drawn each time, Eq. 3) | official (fixed per sentence)
+    momentum_init: str | None = None  # encoder (paper) | random (official code)
+    length_buckets: str | None = None  # Table 6: "b" (two buckets, length <= b and > b) | "3-8" (<=3, 4, ..., >=8)
     # SCD (defaults: the paper's BERT recipe, cse_kit.methods.scd.VARIANTS)
     scd_dropout_low: float = 0.05  # r_A at every dropout site of view A (official hidden_dropout_prob)
     scd_dropout_high: float = 0.15  # r_B of view B (official hidden_dropout_prob_noise)
@@ -123,6 +137,7 @@ class TrainConfig:
         need(self.target == "same" or self.data in ORDERED_CORPORA,
              f"target {self.target!r} needs the next sentence: train on an ordered corpus "
              f"({', '.join(ORDERED_CORPORA)}), not {self.data!r}")
+        self._validate_esimcse(need)
         self._validate_scd(need)
 
     def _validate_scd(self, need) -> None:
@@ -137,6 +152,31 @@ class TrainConfig:
         parse_widths(self.scd_projector)
         need(self.method != "scd" or self.dropout is None, "SCD sets the dropout of each view itself: leave "
              "dropout unset and use scd_dropout_low / scd_dropout_high")
+
+    def _validate_esimcse(self, need) -> None:
+        from .data import parse_length_buckets
+
+        need(0 <= self.dup_rate <= 1, f"dup_rate must be in [0, 1], got {self.dup_rate}")
+        need(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
+        need(self.queue_size is None or self.queue_size >= 0,
+             f"queue_size must be >= 0 (0: no momentum encoder) or unset (2.5 x batch_size), got {self.queue_size}")
+        need(self.esimcse_variant in ESIMCSE_VARIANTS, f"unknown esimcse_variant {self.esimcse_variant!r}; choose one "
+             f"of: {', '.join(ESIMCSE_VARIANTS)}")
+        for name, choices in ESIMCSE_CHOICES.items():
+            value = getattr(self, name)
+            need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        parse_length_buckets(self.length_buckets)
+
+    def esimcse_options(self) -> dict:
+        """The paper-vs-code choices of ESimCSE: explicit settings over the variant's defaults."""
+        out = dict(ESIMCSE_VARIANTS[self.esimcse_variant])
+        for name in out:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def esimcse_queue_size(self) -> int:
+        return round(QUEUE_PER_BATCH * self.batch_size) if self.queue_size is None else self.queue_size
 
     def diffcse_options(self) -> dict:
         """The paper-vs-code choices (explicit settings over the variant's defaults) and the ablation settings."""

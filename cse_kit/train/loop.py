@@ -138,7 +138,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
                            tokenized_cache_dir(cfg.data_dir))
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
-                      accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA)
+                      accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA,
+                      length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add())
     total = batches.steps_per_epoch * cfg.epochs
     total = min(total, cfg.max_steps) if cfg.max_steps else total
     objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
