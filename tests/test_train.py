@@ -124,10 +124,11 @@ def test_batchnorm_statistics_are_those_of_the_global_batch_under_two_processes(
     """DiffCSE's BatchNorm projector: 2 gloo processes, each holding half the rows, train what 1 process trains."""
     (one, two), losses = _one_and_two_processes(data_dir, tmp_path, _two_process_settings(
         ["--set", "projector=batchnorm"]), 29518)
-    assert two["processes"] == 2 and two["batchnorm_statistics"] == "global batch"
+    assert two["processes"] == 2
     assert two["seeds"][0] == one["seeds"][0] == 42 and len(set(two["seeds"])) == 2  # each rank its own seed
     assert len(losses[0]) == 4
-    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    # the losses are ~1e-4 here; each process's own statistics (batchnorm-per-process) put step 1 off by 6x
+    assert losses[0] == pytest.approx(losses[1], rel=1e-3)
 
 
 def test_too_small_a_temperature_and_fp16_on_cpu_are_refused(data_dir, tmp_path):

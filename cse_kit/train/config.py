@@ -38,7 +38,8 @@ class TrainConfig:
     temp: float = 0.05
     dropout: float | None = None  # the encoder's hidden and attention dropout; None keeps the checkpoint's (0.1)
     pooler: str = "cls_before_pooler"  # what the projector reads in training, and the exported model's pooler
-    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE)
+    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE; statistics of the global batch)
+    # | batchnorm-per-process (each process's own rows: the official code on several GPUs)
     hard_negative_weight: float = 0.0
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125

@@ -17,7 +17,6 @@ from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..io import recover_dir, swap_dir, write_json_atomic
 from ..models import load_model
-from .batchnorm import globalize_batchnorm
 from .config import TrainConfig
 from .data import Batches, load_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
@@ -130,9 +129,6 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
-    has_batchnorm = any(isinstance(m, torch.nn.BatchNorm1d) for m in objective.modules())
-    if accelerator.num_processes > 1:  # so that N processes train what one process trains on the global batch
-        globalize_batchnorm(objective)
     with accelerator.main_process_first():
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
                            tokenized_cache_dir(cfg.data_dir))
@@ -261,7 +257,6 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
-               "batchnorm_statistics": "global batch" if has_batchnorm else None,
                "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads()}
     if accelerator.is_main_process:
         write_json_atomic(summary_path, summary)
