@@ -256,3 +256,20 @@ def test_keep_freed_memory_stops_the_page_faults_of_reallocating_large_blocks():
     faults = [faults_of_a_cycle() for _ in range(4)]
     assert faults[0] > 30_000  # first touch of 144 MB
     assert faults[-1] < faults[0] / 10, faults  # glibc's default re-faults about as much on every cycle
+
+
+@pytest.mark.parametrize("how", ["flags", "config"])
+def test_accelerate_launch_on_cpu_says_it_started_one_process_and_names_torchrun(data_dir, tmp_path, how):
+    """accelerate's CPU launcher starts one process whatever --num_processes says (without mpirun)."""
+    config = tmp_path / "multi_cpu.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\n"
+                      "num_machines: 1\nuse_cpu: true\nmixed_precision: 'no'\n")
+    launch = ["--cpu", "--num_processes", "2"] if how == "flags" else ["--config_file", str(config)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", *launch, "-m", "cse_kit.cli", "train",
+                           "--preset", "simcse-bert", "--profile", "smoke", "--data-dir", str(data_dir),
+                           "--output-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "asked for 2 CPU processes but started 1" in done.stderr
+    assert "torchrun --nproc_per_node 2 -m cse_kit.cli train" in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -20,6 +20,7 @@ from ..models import load_model
 from .config import TrainConfig
 from .data import Batches, load_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
+from .launch import check_processes
 
 
 class NonFiniteLoss(RuntimeError):
@@ -125,6 +126,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         keep_freed_memory()
     # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
+    check_processes(accelerator.num_processes)
     seed = rank_seed(cfg.seed, accelerator.process_index)
     set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
