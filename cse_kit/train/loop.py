@@ -3,7 +3,9 @@ schedule, dev evaluation every `eval_steps` with the best model kept apart, resu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -197,7 +199,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         accelerator.wait_for_everyone()
-        accelerator.save_state(str(tmp))  # every process writes its own RNG states
+        with _quiet_tied_weights():
+            accelerator.save_state(str(tmp))  # every process writes its own RNG states
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             write_json_atomic(tmp / "trainer_state.json", state)
@@ -264,6 +267,19 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         write_json_atomic(summary_path, summary)
     accelerator.wait_for_everyone()
     return summary
+
+
+@contextlib.contextmanager
+def _quiet_tied_weights():
+    """Accelerate warns "Removed shared tensor ... while saving" at every checkpoint of DiffCSE: the generator's
+    decoder is tied to its word embeddings, saved once and tied again on load (resume is exact, tested)."""
+    notices = logging.getLogger("accelerate.utils.other")
+    level = notices.level
+    notices.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        notices.setLevel(level)
 
 
 def _metadata(cfg: TrainConfig, step: int, dev: dict) -> dict:
