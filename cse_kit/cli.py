@@ -294,11 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from .data import DataError
     from .models import ModelNotFoundError
+    from .train.loop import NonFiniteLoss
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (DataError, ModelNotFoundError, KeyError, ValueError, FileNotFoundError) as e:
+    except (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # every write is atomic and runs resume from their last checkpoint

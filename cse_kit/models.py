@@ -56,6 +56,19 @@ def fitted_mlm_dir(name: str, data_dir=None) -> Path:
     return resolve_data_dir(data_dir) / "models" / name
 
 
+def _make_fitted_mlm(ref: str, path: Path, data_dir) -> None:
+    """Made on first use (cse_kit.mlm_head.make_on_first_use); the text it is fitted on must be there."""
+    from .data import DataError
+    from .mlm_head import make_on_first_use
+
+    try:
+        make_on_first_use(ref, path, data_dir)
+    except DataError as e:
+        raise ModelNotFoundError(f"{ref} is made on first use by `cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
+                                 + (f" --data-dir {data_dir}" if data_dir is not None else "")
+                                 + f"`, which fits it on the Wiki1M sample, but: {e}") from None
+
+
 def build_smoke_model(name: str, *, model_class=None, seed: int = 0, **kwargs):
     """(tokenizer, model) of a tiny random BERT; the same weights on every call."""
     import torch
@@ -95,9 +108,7 @@ def resolve_reference(ref: str, data_dir=None) -> str:
     if ref in FITTED_MLM:
         path = fitted_mlm_dir(ref, data_dir)
         if not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"{ref} has not been made on this machine yet ({path} is empty). Fix: "
-                                     f"`cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
-                                     + (f" --data-dir {data_dir}`" if data_dir is not None else "`"))
+            _make_fitted_mlm(ref, path, data_dir)
         return str(path)
     packaged = _packaged_copy(ref)
     if packaged is not None:
@@ -128,7 +139,7 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
                 f"directory, or fetch it elsewhere with `hf download {resolved}` and copy the cache.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline)
-        with _quiet_loading():
+        with quiet_transformers():
             model, info = model_class.from_pretrained(resolved, local_files_only=offline, output_loading_info=True,
                                                       **kwargs)
     except (OSError, ValueError) as e:  # transformers raises ValueError for a folder without tokenizer files
@@ -181,9 +192,9 @@ def newly_initialized(model) -> frozenset[str]:
 
 
 @contextlib.contextmanager
-def _quiet_loading():
+def quiet_transformers():
     """transformers prints a load report (the pooler a kit encoder is saved without, as MISSING) and a progress bar at
-    every load; the kit says what matters itself."""
+    every load and save ("Writing model shards", dozens per notebook); the kit says what matters itself."""
     from transformers.utils import logging
 
     level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
+from traitlets.config import Config
 
 from .experiments import TABLE_MIMETYPE, resolve_profile
 from .io import write_json_atomic, write_text_atomic
@@ -31,6 +32,9 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = tuple(all_notebooks())
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
+#: The kernel talks to papermill over local sockets (IPC), not TCP: nothing crosses the network and ipykernel does not
+#: warn "Kernel is running over TCP without encryption" at every notebook.
+KERNEL_TRANSPORT = Config({"KernelManager": {"transport": "ipc"}})
 
 
 @lru_cache(maxsize=1)
@@ -67,7 +71,7 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     error = ""
     try:
         papermill.execute_notebook(str(source), str(tmp), parameters=params, cwd=str(NOTEBOOK_DIR),
-                                   kernel_name="python3", progress_bar=False)
+                                   kernel_name="python3", progress_bar=False, config=KERNEL_TRANSPORT)
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
     tmp.replace(out)  # failed runs are kept too (papermill marks them), so the report can show the error

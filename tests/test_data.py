@@ -217,13 +217,23 @@ def test_import_places_the_verified_refuses_the_rest_and_never_replaces_a_good_f
     assert data.verify(data.spec("MR"), target)["verified"] and data.verify(data.spec("TREC"), target)["verified"]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not an archive"])
+@pytest.mark.parametrize("damage", ["truncated", "not an archive", "flipped bytes", "tar with a damaged header"])
 def test_a_truncated_or_non_archive_file_is_a_clear_error(data_dir, tmp_path, capsys, damage):
-    archive = tmp_path / "senteval.tar.gz"
-    with tarfile.open(archive, "w:gz") as t:
+    archive = tmp_path / ("senteval.tar" if damage == "tar with a damaged header" else "senteval.tar.gz")
+    with tarfile.open(archive, "w" if damage == "tar with a damaged header" else "w:gz") as t:
         t.add(data_dir / "downstream" / "MR", arcname="downstream/MR")
-    body = archive.read_bytes()
-    archive.write_bytes(body[:len(body) // 2] if damage == "truncated" else b"<html>not found</html>" * 50)
+        t.add(data_dir / "downstream" / "TREC", arcname="downstream/TREC")
+    body = bytearray(archive.read_bytes())
+    if damage == "truncated":
+        body = body[:len(body) // 2]
+    elif damage == "not an archive":
+        body = b"<html>not found</html>" * 50
+    elif damage == "flipped bytes":
+        body[len(body) // 2:len(body) // 2 + 64] = bytes(b ^ 0xFF for b in body[len(body) // 2:len(body) // 2 + 64])
+    else:  # the second member's header (after MR's files) overwritten: tarfile would stop there silently
+        second = [m for m in tarfile.open(archive).getmembers() if m.name.startswith("downstream/TREC")][0]
+        body[second.offset:second.offset + 512] = b"x" * 512
+    archive.write_bytes(bytes(body))
     target = tmp_path / "target"
     assert main(["data", "import", str(archive), "--data-dir", str(target)]) == 2
     assert "is not a complete archive" in capsys.readouterr().err

@@ -62,7 +62,10 @@ def test_supervised_simcse_adds_hard_negatives_to_the_denominator(tok):
 
 def test_batchnorm_projector_is_the_papers_layer_list():
     layers = list(BatchNormProjector(768))
-    assert [type(m).__name__ for m in layers] == ["Linear", "BatchNorm1d", "ReLU", "Linear", "BatchNorm1d"]
+    assert [type(m).__name__ for m in layers] == ["Linear", "GlobalBatchNorm1d", "ReLU", "Linear", "GlobalBatchNorm1d"]
+    assert isinstance(layers[1], torch.nn.BatchNorm1d)  # with one process, BatchNorm1d itself
+    official = list(BatchNormProjector(768, per_process=True))  # several GPUs: each its own rows' statistics
+    assert [type(m) for m in official[1::3]] == [torch.nn.BatchNorm1d, torch.nn.BatchNorm1d]
     assert (layers[0].in_features, layers[0].out_features, layers[0].bias) == (768, 1536, None)
     assert (layers[3].in_features, layers[3].out_features, layers[3].bias) == (1536, 768, None)
     assert layers[1].num_features == 1536 and layers[1].affine

@@ -33,13 +33,27 @@ def test_uncached_hub_id_offline_names_the_fix():
         load_model("princeton-nlp/no-such-model", offline=True)
 
 
-def test_fitted_mlm_head_is_found_in_the_given_data_dir(tmp_path):
-    with pytest.raises(ModelNotFoundError, match=f"fit-mlm-head --model all-MiniLM-L6-v2 --data-dir {tmp_path}"):
-        resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path)
+def test_fitted_mlm_head_is_made_on_first_use_then_found_in_the_given_data_dir(tmp_path, data_dir, monkeypatch):
+    from transformers import AutoModelForMaskedLM
+
+    from cse_kit import mlm_head
+
+    with pytest.raises(ModelNotFoundError, match=f"fit-mlm-head --model all-MiniLM-L6-v2 --data-dir {tmp_path}`.*"
+                                                 "Wiki1M-sample"):
+        resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path)  # no text to fit it on
+    (tmp_path / "training").symlink_to(data_dir / "training")
+    real_fit, fits = mlm_head.fit_mlm_head, []
+
+    def short_fit(*args, **kwargs):  # the real fit, 3 steps: the test is about when it runs
+        fits.append(args)
+        return real_fit(*args, **{**kwargs, "steps": 3, "holdout": 50})
+
+    monkeypatch.setattr(mlm_head, "fit_mlm_head", short_fit)
     made = tmp_path / "models" / "all-MiniLM-L6-v2-mlm"
-    made.mkdir(parents=True)
-    (made / "config.json").write_text("{}")
-    assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made)
+    tokenizer, mlm = load_model("all-MiniLM-L6-v2-mlm", model_class=AutoModelForMaskedLM, data_dir=tmp_path)
+    assert fits == [("all-MiniLM-L6-v2", made)] and (made / "mlm_head.json").is_file()
+    assert type(mlm).__name__ == "BertForMaskedLM"
+    assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made) and len(fits) == 1  # cached
 
 
 @pytest.mark.parametrize("ref", ["runs/x/model", "./model", "/no/such/dir", "~/nothing/here"])

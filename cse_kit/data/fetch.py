@@ -71,6 +71,15 @@ def staging(data_dir: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _check_tail(stream) -> None:
+    """Read a tar stream to its end. tarfile stops without a word at the first unreadable header after the first
+    member (a damaged archive would place what came before and drop the rest), so only NUL padding may follow; and
+    a gzip stream checks its CRC and length at its end."""
+    while block := stream.read(CHUNK):
+        if block.strip(b"\0"):
+            raise tarfile.ReadError("unreadable data after the last member read (a damaged header)")
+
+
 def unpack(archive: Path, dest: Path) -> None:
     """Unpack a tar(.gz), zip or .gz file, or copy a plain file or a folder, into dest."""
     name = archive.name
@@ -80,6 +89,7 @@ def unpack(archive: Path, dest: Path) -> None:
         elif tarfile.is_tarfile(archive):
             with tarfile.open(archive) as t:
                 t.extractall(dest, filter="data")
+                _check_tail(t.fileobj)
         elif zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
                 z.extractall(dest)

@@ -107,12 +107,13 @@ def _check_dataset(ds: DatasetSpec, root: Path) -> None:
                           + "; ".join(problems), stacklevel=4)
         _READ_UNVERIFIED[ds.name] = problems
         return
-    source = "download" if not ds.source.url.startswith("file:") else "import"
+    if ds.source.url.startswith("file:"):  # import only: name the file to import
+        fix = f"`cse-kit data import PATH/{ds.source.url[len('file:'):]}` (a good copy)"
+    else:
+        fix = f"`cse-kit data download {ds.name}` (or `cse-kit data import PATH` with a good local archive)"
     raise UnverifiedDataError(
-        f"dataset {ds.name} in {root} failed verification, refusing to read it: {'; '.join(problems)}. Fix: "
-        f"`cse-kit data {source} {ds.name if source == 'download' else 'PATH'}` (or `cse-kit data import PATH` "
-        f"with a good local archive) to replace it; to read it anyway, set {ALLOW_UNVERIFIED_ENV}=1 (recorded "
-        "with every result).")
+        f"dataset {ds.name} in {root} failed verification, refusing to read it: {'; '.join(problems)}. Fix: {fix} "
+        f"to replace it; to read it anyway, set {ALLOW_UNVERIFIED_ENV}=1 (recorded with every result).")
 
 
 def unverified_reads() -> dict[str, list[str]]:

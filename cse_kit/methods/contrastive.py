@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .batchnorm import GlobalBatchNorm1d
+
 
 class MLPProjector(nn.Sequential):
     """SimCSE's MLPLayer: Linear(d, d) + tanh (what BERT's NSP pooler looks like, freshly initialised)."""
@@ -18,11 +20,14 @@ class MLPProjector(nn.Sequential):
 class BatchNormProjector(nn.Sequential):
     """DiffCSE's ProjectionMLP, App. A verbatim: Linear(d, 2d, no bias) -> BatchNorm1d(2d) -> ReLU ->
     Linear(2d, d, no bias) -> BatchNorm1d(d, affine=False). Applied to both views at once, as the official code
-    does, so the batch statistics mix the views."""
+    does, so the batch statistics mix the views. Several processes normalise with the statistics of the global
+    batch (so N processes train what one does), unless per_process: each process's own rows, as the official code
+    on several GPUs (plain nn.BatchNorm1d under DDP, no SyncBatchNorm)."""
 
-    def __init__(self, hidden: int):
-        super().__init__(nn.Linear(hidden, 2 * hidden, bias=False), nn.BatchNorm1d(2 * hidden), nn.ReLU(),
-                         nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False))
+    def __init__(self, hidden: int, per_process: bool = False):
+        norm = nn.BatchNorm1d if per_process else GlobalBatchNorm1d
+        super().__init__(nn.Linear(hidden, 2 * hidden, bias=False), norm(2 * hidden), nn.ReLU(),
+                         nn.Linear(2 * hidden, hidden, bias=False), norm(hidden, affine=False))
 
 
 class NoProjector(nn.Identity):
@@ -34,7 +39,9 @@ class NoProjector(nn.Identity):
 
 #: "none": the pooled vector itself, as the official code trains with any pooler but `cls` (SimCSE
 #: simcse/models.py:92, DiffCSE diffcse/models.py:118 build the MLP only for `--pooler_type cls`)
-PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector, "none": NoProjector}
+PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector,
+              "batchnorm-per-process": lambda hidden: BatchNormProjector(hidden, per_process=True),
+              "none": NoProjector}
 
 
 def init_like_official(module: nn.Module, std: float = 0.02) -> nn.Module:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..io import atomic_dir, write_json_atomic
+from ..models import quiet_transformers
 
 METADATA = "cse_kit.json"
 #: kit pooler -> sentence-transformers Pooling mode that computes the same vector
@@ -14,7 +15,7 @@ ST_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
 
 
 def export_encoder(encoder, tokenizer, out_dir, metadata: dict) -> Path:
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir) as tmp, quiet_transformers():
         encoder.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_json_atomic(tmp / METADATA, metadata)

@@ -3,7 +3,9 @@ schedule, dev evaluation every `eval_steps` with the best model kept apart, resu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -18,10 +20,10 @@ from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..io import recover_dir, swap_dir, write_json_atomic
 from ..models import load_model
-from .batchnorm import globalize_batchnorm
 from .config import TrainConfig
 from .data import Batches, load_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
+from .launch import check_processes
 
 
 class NonFiniteLoss(RuntimeError):
@@ -127,13 +129,11 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         keep_freed_memory()
     # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
+    check_processes(accelerator.num_processes)
     seed = rank_seed(cfg.seed, accelerator.process_index)
     set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
-    has_batchnorm = any(isinstance(m, torch.nn.BatchNorm1d) for m in objective.modules())
-    if accelerator.num_processes > 1:  # so that N processes train what one process trains on the global batch
-        globalize_batchnorm(objective)
     with accelerator.main_process_first():
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
                            tokenized_cache_dir(cfg.data_dir))
@@ -207,7 +207,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         accelerator.wait_for_everyone()
-        accelerator.save_state(str(tmp))  # every process writes its own RNG states
+        with _quiet_tied_weights():
+            accelerator.save_state(str(tmp))  # every process writes its own RNG states
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             write_json_atomic(tmp / "trainer_state.json", state)
@@ -296,7 +297,6 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
-               "batchnorm_statistics": "global batch" if has_batchnorm else None,
                "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads()}
     if accelerator.is_main_process:
         write_json_atomic(summary_path, summary)
@@ -304,6 +304,19 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             shutil.rmtree(checkpoint, ignore_errors=True)
     accelerator.wait_for_everyone()
     return summary
+
+
+@contextlib.contextmanager
+def _quiet_tied_weights():
+    """Accelerate warns "Removed shared tensor ... while saving" at every checkpoint of DiffCSE: the generator's
+    decoder is tied to its word embeddings, saved once and tied again on load (resume is exact, tested)."""
+    notices = logging.getLogger("accelerate.utils.other")
+    level = notices.level
+    notices.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        notices.setLevel(level)
 
 
 def _test_model(objective):

@@ -1,7 +1,7 @@
 """BatchNorm over the global batch when several processes train: each process holds a share of the rows, and a
 plain BatchNorm1d would normalise with its own share's statistics, so N processes would not train the model one
-process trains on the same global batch. torch's SyncBatchNorm does this on GPUs only; this one all-reduces the
-statistics (with autograd) on any backend, gloo included."""
+process trains on the same global batch. torch's SyncBatchNorm does this on CUDA only; this one all-reduces the
+statistics (with autograd) on any backend, gloo included. With one process it is nn.BatchNorm1d."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return super().forward(x)
-        n = _sum_over_processes(torch.tensor(float(x.shape[0]), device=x.device, dtype=x.dtype))
+        x = x.float()  # as autocast runs batch_norm (and gloo reduces no bf16)
+        n = _sum_over_processes(torch.tensor(float(x.shape[0]), device=x.device))
         mean = _sum_over_processes(x.sum(0)) / n
         var = _sum_over_processes(((x - mean) ** 2).sum(0)) / n
         if self.track_running_stats:
@@ -35,19 +36,3 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
         y = (x - mean) / torch.sqrt(var + self.eps)
         return y * self.weight + self.bias if self.affine else y
 
-
-def globalize_batchnorm(module: nn.Module) -> int:
-    """Replace every nn.BatchNorm1d in module by a GlobalBatchNorm1d holding the same parameters and buffers, in
-    place. Returns how many were replaced."""
-    replaced = 0
-    for name, child in module.named_children():
-        if type(child) is nn.BatchNorm1d:
-            sync = GlobalBatchNorm1d(child.num_features, child.eps, child.momentum, child.affine,
-                                     child.track_running_stats, device=child.weight.device if child.affine else None)
-            sync.load_state_dict(child.state_dict())
-            sync.train(child.training)
-            setattr(module, name, sync)
-            replaced += 1
-        else:
-            replaced += globalize_batchnorm(child)
-    return replaced
