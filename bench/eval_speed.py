@@ -2,6 +2,10 @@
 
   python bench/eval_speed.py sts       # 7-task STS test eval vs a bare transformers encoding loop
   python bench/eval_speed.py dev       # the training-loop dev evaluator (STS-B dev), seconds per call
+  python bench/eval_speed.py encode [--shape bert-base] [--device cuda] [--limit N]
+                                       # encoding throughput (sentences/s) of every distinct sentence of
+                                       # `--tasks all`: fixed batches of 128 vs the token budget, same numbers?
+                                       # (--shape bert-base: BertConfig() with random weights, no download)
   python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test] [--tasks MR,CR]
                                        [--cache emb.pkl] [--no-original]
                                        # classifier time vs the original SentEval on the same embeddings
@@ -111,9 +115,40 @@ def bench_transfer(tokenizer, model, args):
               f"speed-up {tot_ref / tot_ours:.1f}x")
 
 
+def bench_encode(tokenizer, model, args):
+    from transformers import BertConfig, BertModel
+
+    from cse_kit.eval.runner import evaluation_inputs
+
+    if args.shape == "bert-base":
+        torch.manual_seed(0)
+        model = BertModel(BertConfig(), add_pooling_layer=False).eval()
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sentences = list(dict.fromkeys(evaluation_inputs("all", "test", args.data_dir)[2]))[:args.limit]
+    print(f"{len(sentences)} distinct sentences, {args.shape}, {device}, fp32, {args.repeats} runs (median)")
+    result = {}
+    for name, budget in (("fixed 128", None), (f"budget {args.max_tokens}", args.max_tokens)):
+        times = []
+        for _ in range(args.repeats):  # a fresh encoder each run: nothing cached
+            enc = Encoder(model, tokenizer, "cls_before_pooler", max_tokens=budget, device=device, progress=False)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            result[name] = enc.encode(sentences)
+            times.append(time.perf_counter() - t)
+        m = statistics.median(times)
+        print(f"  {name:14s} {m:7.2f} s  {len(sentences) / m:9.0f} sentences/s")
+    a, b = result.values()
+    print(f"  largest embedding difference between the two: {np.abs(a - b).max():.2e}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["sts", "dev", "transfer"])
+    p.add_argument("what", choices=["sts", "dev", "transfer", "encode"])
+    p.add_argument("--shape", default="minilm", choices=["minilm", "bert-base"])
+    p.add_argument("--device")
+    p.add_argument("--limit", type=int, default=None, help="encode only the first N distinct sentences")
+    p.add_argument("--max-tokens", type=int, default=16384)
     p.add_argument("--data-dir")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--senteval", help="path of a SentEval checkout (its folder holding senteval/)")
@@ -124,7 +159,8 @@ def main():
     args = p.parse_args()
     tokenizer, model = load_model("all-MiniLM-L6-v2")
     model.eval()
-    {"sts": bench_sts, "dev": bench_dev, "transfer": bench_transfer}[args.what](tokenizer, model, args)
+    {"sts": bench_sts, "dev": bench_dev, "transfer": bench_transfer, "encode": bench_encode}[args.what](
+        tokenizer, model, args)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def cmd_train(args) -> int:
         print(f"profile {profile} (auto: {'a CUDA GPU' if torch.cuda.is_available() else 'no CUDA GPU'}; "
               "--profile paper, cpu or smoke to choose)")
     cfg = build_config(args.preset, profile, _train_overrides(args))
-    summary = train(cfg, progress=not args.no_progress)
+    summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--resume-with-changes", action="store_true",
+                   help="resume a checkpoint although settings that change training differ (lr, schedule length, ...): "
+                        "they apply from the checkpoint's step on, and are recorded in summary.json")
     _data_dir_arg(p)
     p.set_defaults(func=cmd_train)
 

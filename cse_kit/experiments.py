@@ -275,7 +275,7 @@ def sweep_cell(paper_row: str):
 
 
 def show(comparison: pd.DataFrame, caption: str, tolerance: float | None = None):
-    """The comparison in the paper's layout, each cell paper | ours | Δ, Δ coloured by the metric's tolerance
+    """The comparison in the paper's layout, each cell the paper's number, ours and Δ, Δ coloured by the metric's tolerance
     (`tolerance` overrides it for every cell, e.g. 0 for hyper-parameters that must match exactly)."""
     from .render import Shown
 

@@ -1,6 +1,7 @@
 """How a paper-vs-reproduced comparison is shown, in the notebooks and in the report: in the paper's own layout
-(its rows and columns), each cell `paper | ours mean ± std | Δ`, every number formatted by its kind (a learning
-rate 7e-06, λ 0.005, a batch size 64, a score 84.56), and Δ coloured by a tolerance that belongs to the metric."""
+(its rows and columns), each cell the paper's number, ours (mean ± std) and Δ on three lines, every number
+formatted by its kind (a learning rate 7e-06, λ 0.005, a batch size 64, a score 84.56), and Δ coloured by a
+tolerance that belongs to the metric."""
 
 from __future__ import annotations
 
@@ -67,12 +68,12 @@ def _cell_html(line) -> str:
         reason = html.escape(str(line.reason or ""))
         return (f"<span class='paper'>{fmt_number(line.paper)}</span><br>"
                 f"<span class='notrun' title='{reason}'>not run</span>")
-    # paper above ours and Δ: two short lines keep an 8-column table inside a 1400-px window
-    ours = f"<b>{fmt_ours(line.mean, line.std, line.n)}</b>"
+    # paper, ours and Δ on three short lines: an 8-column table fits a 1400-px window
+    cell = f"<span class='paper'>{fmt_number(line.paper)}</span><br><b>{fmt_ours(line.mean, line.std, line.n)}</b>"
     if not math.isnan(line.diff):
         colour = GREEN if abs(line.diff) <= tolerance_of(line) + 1e-12 else RED
-        ours += f" <span class='delta' style='color:{colour}'>{fmt_diff(line.diff, line.mean)}</span>"
-    return f"<span class='paper'>{fmt_number(line.paper)}</span><br>{ours}"
+        cell += f"<br><span class='delta' style='color:{colour}'>{fmt_diff(line.diff, line.mean)}</span>"
+    return cell
 
 
 def tolerance_caption(comparison: pd.DataFrame) -> str:
@@ -83,7 +84,7 @@ def tolerance_caption(comparison: pd.DataFrame) -> str:
     for tol, columns in sorted(tolerances.items()):
         what = ", ".join(sorted(columns)) if tol != DEFAULT_TOLERANCE else "scores (Spearman ×100, accuracy %)"
         rules.append(f"{what}: exact" if tol == 0 else f"{what}: within {fmt_number(tol)}")
-    return ("each cell: the paper's number, below it ours (mean ± std over seeds) and Δ = ours − paper; Δ green when "
+    return ("each cell: the paper's number, below it ours (mean ± std over seeds), then Δ = ours − paper; Δ green when "
             + "; ".join(rules))
 
 

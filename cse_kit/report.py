@@ -1,7 +1,7 @@
 """`cse-kit report`: execute (or reuse) every paper's table notebooks with papermill and build one self-contained
 page, reports/index.html: a coverage matrix of every table and figure of the four papers (reproduced, not run on
 this profile, not implemented yet, schematic), then one section per paper with each table in its paper's layout
-(paper | ours mean ± std | Δ), the figures, the environment, and the executed notebooks. No script, style, font or
+(paper, ours mean ± std, Δ), the figures, the environment, and the executed notebooks. No script, style, font or
 image is fetched from anywhere."""
 
 from __future__ import annotations
@@ -241,8 +241,9 @@ caption {{ text-align: left; font-style: italic; padding-bottom: 4px; }}
 .scroll {{ overflow-x: auto; max-width: 100%; }}
 img {{ max-width: 100%; display: block; margin: 0.5em 0; }}
 .meta, .note {{ color: #57606a; font-size: 13px; }} .failed {{ color: #cf222e; }}
-.paper {{ color: #57606a; }} .notrun {{ color: #9a6700; }} th.rowlabel {{ white-space: nowrap; }}
-table.paper-layout td {{ white-space: nowrap; }}
+.paper {{ color: #57606a; }} .notrun {{ color: #9a6700; }}
+table.paper-layout th.rowlabel {{ min-width: 10em; max-width: 16em; }}
+table.paper-layout td {{ white-space: nowrap; padding: 3px 6px; }}
 tr.ok td.status {{ color: #1a7f37; font-weight: bold; }} tr.warn td.status {{ color: #9a6700; font-weight: bold; }}
 tr.bad td.status {{ color: #cf222e; font-weight: bold; }} tr.todo td.status {{ color: #8250df; }}
 tr.muted td {{ color: #8c959f; }}

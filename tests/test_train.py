@@ -95,25 +95,134 @@ def test_resume_after_kill_9_ends_like_an_uninterrupted_run(data_dir, tmp_path):
 
 
 def test_two_processes_compute_the_one_process_loss(data_dir, tmp_path):
-    settings = ["--set", "dropout=0", "--set", "pooler=avg", "--set", "lr=1e-3", "--set", "log_steps=1",
-                "--set", "max_steps=4", "--set", "eval_steps=100"]
+    (_, two), losses = _one_and_two_processes(data_dir, tmp_path, _two_process_settings(), 29517)
+    assert two["processes"] == 2
+    assert len(losses[0]) == 4
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)  # step 2+ also checks the gradients agree
+
+
+def _two_process_settings(extra=()):
+    return ["--set", "dropout=0", "--set", "pooler=avg", "--set", "lr=1e-3", "--set", "log_steps=1",
+            "--set", "max_steps=4", "--set", "eval_steps=100", *extra]
+
+
+def _one_and_two_processes(data_dir, tmp_path, settings, port):
     base = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
             str(data_dir), "--no-progress", *settings]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one", tmp_path / "two"
     subprocess.run([sys.executable, *base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                    "29517", *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
-    assert json.loads((two / "summary.json").read_text())["processes"] == 2
+                    str(port), *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (one, two)]
     losses = [[json.loads(x)["loss"] for x in (d / "log.jsonl").read_text().splitlines() if '"loss"' in x]
               for d in (one, two)]
+    return summaries, losses
+
+
+def test_batchnorm_statistics_are_those_of_the_global_batch_under_two_processes(data_dir, tmp_path):
+    """DiffCSE's BatchNorm projector: 2 gloo processes, each holding half the rows, train what 1 process trains."""
+    (one, two), losses = _one_and_two_processes(data_dir, tmp_path, _two_process_settings(
+        ["--set", "projector=batchnorm"]), 29518)
+    assert two["processes"] == 2 and two["batchnorm_statistics"] == "global batch"
+    assert two["seeds"][0] == one["seeds"][0] == 42 and len(set(two["seeds"])) == 2  # each rank its own seed
     assert len(losses[0]) == 4
-    assert losses[0] == pytest.approx(losses[1], abs=1e-5)  # step 2+ also checks the gradients agree
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
 
 
-def test_non_finite_loss_stops_with_a_clear_message(data_dir, tmp_path):
-    with pytest.raises(NonFiniteLoss, match="lower lr|Lower lr"):
-        train(_cfg(data_dir, tmp_path, "simcse-bert", temp=1e-45, pooler="avg"), progress=False)
+def test_too_small_a_temperature_and_fp16_on_cpu_are_refused(data_dir, tmp_path):
+    with pytest.raises(ValueError, match="temp must be >= 0.001"):
+        _cfg(data_dir, tmp_path, "simcse-bert", temp=1e-45)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+            train(_cfg(data_dir, tmp_path, "simcse-bert", mixed_precision="fp16"), progress=False)
+
+
+@pytest.mark.parametrize("caught_at", ["dev evaluation", "checkpoint"])
+def test_non_finite_weights_are_never_saved_and_the_message_names_the_last_good_checkpoint(
+        data_dir, tmp_path, monkeypatch, caught_at):
+    """The optimizer step of step 3 blows a weight to inf (as an lr far too high does)."""
+    real_step, steps = torch.optim.AdamW.step, []
+
+    def blowing_step(self, *args, **kwargs):
+        out = real_step(self, *args, **kwargs)
+        steps.append(1)
+        if len(steps) == 3:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", blowing_step)
+    eval_steps = 1 if caught_at == "dev evaluation" else 2
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", eval_steps=eval_steps, save_steps=1)
+    with pytest.raises(NonFiniteLoss, match=r"at step 3; .*nothing of this step was saved. The last good checkpoint "
+                                            r"is .*checkpoint \(step 2\)"):
+        train(cfg, progress=False)
+    run = tmp_path / "run"
+    assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"] == 2
+    for weights in (_weights(run / "model"), load_file(str(run / "checkpoint" / "model.safetensors"))):
+        assert all(bool(torch.isfinite(w).all()) for w in weights.values())
+    assert not (run / "summary.json").exists()
+
+
+def test_a_nan_dev_score_is_never_better():
+    from cse_kit.train.loop import _is_better
+
+    assert not _is_better(float("nan"), None) and not _is_better(float("inf"), 1.0) and _is_better(2.0, 1.0)
+
+
+@pytest.fixture(scope="module")
+def half_run(data_dir, tmp_path_factory):
+    """A finished 4-step smoke run (checkpoint at step 4) to damage or resume in copies."""
+    run = tmp_path_factory.mktemp("half") / "run"
+    cfg = build_config("simcse-bert", "smoke", {"output_dir": str(run), "data_dir": str(data_dir), "max_steps": 4,
+                                                "eval_steps": 4, "save_steps": 2, "log_steps": 1,
+                                                "keep_checkpoint": True})
+    train(cfg, progress=False)
+    return cfg
+
+
+def _copy(half_run, tmp_path, **changes):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(half_run.output_dir, run)
+    (run / "summary.json").unlink()  # as if killed after its last checkpoint
+    return half_run.replace(output_dir=str(run), **changes), run
+
+
+def test_a_torn_last_log_line_is_dropped_on_resume(half_run, tmp_path):
+    cfg, run = _copy(half_run, tmp_path)
+    with (run / "log.jsonl").open("a") as f:
+        f.write('{"step": 5, "lr": 0.0001, "lo')  # killed in the middle of a write
+    train(cfg, progress=False)
+    assert [json.loads(x)["step"] for x in (run / "log.jsonl").read_text().splitlines()] == [1, 2, 3, 4, 4]
+
+
+@pytest.mark.parametrize("damage,named", [
+    ("trainer_state.json", "checkpoint/trainer_state.json is damaged"),
+    ("model.safetensors", "the checkpoint .*checkpoint cannot be loaded"),
+    ("log.jsonl", r"log.jsonl:2 is damaged"),
+])
+def test_damaged_run_files_are_named_with_the_fix(half_run, tmp_path, damage, named):
+    from cse_kit.train.loop import RunStateError
+
+    cfg, run = _copy(half_run, tmp_path)
+    path = run / "log.jsonl" if damage == "log.jsonl" else run / "checkpoint" / damage
+    body = path.read_bytes()
+    path.write_bytes(body.replace(b"\n", b"\n#", 1) if damage == "log.jsonl" else body[:len(body) // 2])
+    with pytest.raises(RunStateError, match=named + ".*(remove .*checkpoint to train this run again|remove that line)"):
+        train(cfg, progress=False)
+
+
+def test_resume_with_another_configuration_is_refused_or_applied_and_recorded(half_run, tmp_path):
+    cfg, run = _copy(half_run, tmp_path, lr=3e-4, max_steps=8)
+    with pytest.raises(ValueError, match=r"lr 0.0001 -> 0.0003, max_steps 4 -> 8.*--resume-with-changes"):
+        train(cfg, progress=False)
+    summary = train(cfg, progress=False, resume_with_changes=True)
+    assert summary["resumed_with_changes"] == [{"step": 4, "changes": {"lr": [1e-4, 3e-4], "max_steps": [4, 8]}}]
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "lr" in r}
+    assert lrs[6] == pytest.approx(3e-4 * (8 - 6) / 8)  # the new lr on the new schedule, not the checkpoint's
 
 
 def test_exported_model_loads_as_plain_hf_and_as_sentence_transformers(data_dir, tmp_path):
@@ -147,3 +256,86 @@ def test_keep_freed_memory_stops_the_page_faults_of_reallocating_large_blocks():
     faults = [faults_of_a_cycle() for _ in range(4)]
     assert faults[0] > 30_000  # first touch of 144 MB
     assert faults[-1] < faults[0] / 10, faults  # glibc's default re-faults about as much on every cycle
+
+
+def test_checkpoints_follow_the_clock_and_a_finished_run_keeps_only_its_best_model(data_dir, tmp_path, monkeypatch):
+    import cse_kit.train.loop as loop
+
+    saved = []
+    real_swap = loop.swap_dir
+    monkeypatch.setattr(loop, "swap_dir", lambda tmp, dest: (saved.append(json.loads(
+        (tmp / "trainer_state.json").read_text())["step"]), real_swap(tmp, dest))[1])
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", max_steps=6, eval_steps=3, log_steps=1,
+               checkpoint_minutes=1e-9)  # any time at all is past due: a checkpoint at every log step but the last
+    train(cfg, progress=False)
+    assert saved == [1, 2, 3, 4, 5]
+    assert not (tmp_path / "run" / "checkpoint").exists() and (tmp_path / "run" / "model" / "config.json").is_file()
+    saved.clear()
+    cfg = _cfg(data_dir, tmp_path / "b", "simcse-bert", max_steps=6, eval_steps=3, log_steps=1, keep_checkpoint=True)
+    train(cfg, progress=False)  # 20 minutes never pass here: only the final state, kept on request
+    assert saved == [6] and (tmp_path / "b" / "run" / "checkpoint" / "trainer_state.json").is_file()
+
+
+def test_a_non_finite_loss_read_at_the_next_log_step_names_the_step_it_happened(data_dir, tmp_path, monkeypatch):
+    from cse_kit.methods.simcse import SimCSE
+
+    real_forward, calls = SimCSE.forward, []
+
+    def nan_at_step_2(self, batch):
+        out = real_forward(self, batch)
+        calls.append(1)
+        return {**out, "loss": out["loss"] * float("nan")} if len(calls) == 2 else out
+
+    monkeypatch.setattr(SimCSE, "forward", nan_at_step_2)
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", max_steps=8, eval_steps=8, log_steps=4, save_steps=8)
+    with pytest.raises(NonFiniteLoss, match=r"the loss is not finite \(nan or inf\) at step 2; .*No checkpoint"):
+        train(cfg, progress=False)
+    assert len(calls) == 4  # found at the log step, without a host sync on every step
+
+
+@pytest.mark.slow
+def test_a_compiled_encoder_trains_the_same_steps_and_exports_a_plain_model(data_dir, tmp_path):
+    """Without dropout: compiled code draws its dropout masks from another generator than eager code, so only
+    dropout-free steps can be compared number for number."""
+    settings = {"max_steps": 3, "eval_steps": 3, "log_steps": 1, "dropout": 0.0}
+    eager = train(_cfg(data_dir, tmp_path / "eager", "simcse-bert", **settings), progress=False)
+    compiled = train(_cfg(data_dir, tmp_path / "compiled", "simcse-bert", compile=True, **settings), progress=False)
+    losses = [[json.loads(x)["loss"] for x in (tmp_path / d / "run" / "log.jsonl").read_text().splitlines()
+               if "loss" in x] for d in ("eager", "compiled")]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4) and len(losses[0]) == 3
+    assert compiled["best"] == pytest.approx(eager["best"], abs=0.05)
+    assert set(_weights(tmp_path / "compiled" / "run" / "model")) == set(_weights(tmp_path / "eager" / "run" / "model"))
+
+
+VARIANTS = [{"contrastive": False}, {"target": "next"}, {"target": "same+next"}, {"task": "cmlm"},
+            {"task": "cmlm", "target": "next"}, {"task": "cmlm", "target": "same+next"}, {"task": "corrective"},
+            {"edit": "insert"}, {"edit": "delete"}, {"edit": "all"}, {"variant": "paper-text"},
+            *({"task": role, "edit": edit} for role in ("positive", "negative") for edit in ("replace", "insert", "delete"))]
+
+
+@pytest.mark.parametrize("changes", VARIANTS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_every_diffcse_ablation_runs_on_the_smoke_profile(changes, data_dir, tmp_path):
+    """Tables 3, 4 and 15: each variant trains a few steps; the next-sentence ones on the ordered corpus."""
+    cfg = _cfg(data_dir, tmp_path, max_steps=2, eval_steps=2, log_steps=1, **changes)
+    assert cfg.data == ("Licenses-ordered" if changes.get("target", "same") != "same" else "Wiki1M-sample")
+    summary = train(cfg, progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    losses = [r for r in log if "loss" in r]
+    assert summary["steps"] == 2 and len(losses) == 2 and all(np.isfinite(r["loss"]) for r in losses)
+    task = changes.get("task", "rtd")
+    if task in ("rtd", "cmlm", "corrective"):
+        assert all(task in r and ("contrastive" in r) == changes.get("contrastive", True) for r in losses)
+
+
+def test_supervised_simcse_exports_its_mlp_as_the_pooler(data_dir, tmp_path):
+    """keep_projector: the exported model's pooler layer is the trained MLP, cse_kit.json says pooler cls."""
+    from cse_kit.models import load_model
+
+    cfg = _cfg(data_dir, tmp_path, "simcse-bert", max_steps=2, eval_steps=2, keep_projector=True,
+               keep_checkpoint=True)
+    train(cfg, progress=False)
+    meta = json.loads((tmp_path / "run" / "model" / "cse_kit.json").read_text())
+    assert meta["pooler"] == "cls"
+    _, model = load_model(str(tmp_path / "run" / "model"))
+    checkpoint = load_file(tmp_path / "run" / "checkpoint" / "model.safetensors")
+    assert torch.equal(model.pooler.dense.weight, checkpoint["projector.0.weight"])

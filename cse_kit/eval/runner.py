@@ -28,19 +28,25 @@ def parse_tasks(spec: str) -> tuple[str, ...]:
     return names
 
 
+def evaluation_inputs(tasks="all", mode: str = "test", data_dir=None) -> tuple[dict, dict, list[str]]:
+    """The STS pairs and transfer data of tasks in mode, and every sentence they encode (in task order)."""
+    tasks = parse_tasks(tasks) if isinstance(tasks, str) else tuple(tasks)
+    sts_tasks = [t for t in tasks if t in STS_TASKS and not (mode == "dev" and t in STS_YEARS)]
+    sts_inputs = {t: sts_pairs(t, mode, data_dir) for t in sts_tasks}
+    transfer_inputs = {t: load_task(t, data_dir) for t in tasks if t in TRANSFER_TASKS}
+    sentences = [s for ps in sts_inputs.values() for split in ps.values() for p in split for s in (p.sent1, p.sent2)]
+    sentences += [s for d in transfer_inputs.values() for s in d.sentences()]
+    return sts_inputs, transfer_inputs, sentences
+
+
 def evaluate(encoder: Encoder, tasks="all", mode: str = "test", data_dir=None, seed: int = 1111,
              model_name: str | None = None) -> dict:
     """Evaluate an encoder. Every distinct sentence of every task is encoded once, up front."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    tasks = parse_tasks(tasks) if isinstance(tasks, str) else tuple(tasks)
     start, encode_before = time.perf_counter(), encoder.seconds  # the encoder's clock runs across calls
-    sts_tasks = [t for t in tasks if t in STS_TASKS and not (mode == "dev" and t in STS_YEARS)]
-    transfer_tasks = [t for t in tasks if t in TRANSFER_TASKS]
-    sts_inputs = {t: sts_pairs(t, mode, data_dir) for t in sts_tasks}
-    transfer_inputs = {t: load_task(t, data_dir) for t in transfer_tasks}
-    sentences = [s for ps in sts_inputs.values() for split in ps.values() for p in split for s in (p.sent1, p.sent2)]
-    sentences += [s for d in transfer_inputs.values() for s in d.sentences()]
+    sts_inputs, transfer_inputs, sentences = evaluation_inputs(tasks, mode, data_dir)
+    sts_tasks, transfer_tasks = list(sts_inputs), list(transfer_inputs)
     encoder.encode(sentences)
     encoded = time.perf_counter()
     encode_s = encoder.seconds - encode_before

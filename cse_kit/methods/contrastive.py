@@ -25,13 +25,36 @@ class BatchNormProjector(nn.Sequential):
                          nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False))
 
 
-PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector}
+class NoProjector(nn.Identity):
+    """No projector: the pooled vector itself."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
 
 
-def make_projector(kind: str, hidden: int) -> nn.Module:
+#: "none": the pooled vector itself, as the official code trains with any pooler but `cls` (SimCSE
+#: simcse/models.py:92, DiffCSE diffcse/models.py:118 build the MLP only for `--pooler_type cls`)
+PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector, "none": NoProjector}
+
+
+def init_like_official(module: nn.Module, std: float = 0.02) -> nn.Module:
+    """The official `cl_init` calls `init_weights()` after building the MLP (SimCSE simcse/models.py:95, DiffCSE
+    diffcse/models.py:121), i.e. BERT's `_init_weights`: Linear weights N(0, initializer_range), zero biases.
+    BatchNorm is not touched there, so it keeps torch's default (weight 1, bias 0), as here."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.normal_(layer.weight, mean=0.0, std=std)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    return module
+
+
+def make_projector(kind: str, hidden: int, init_std: float = 0.02) -> nn.Module:
+    """The training projector, initialised as the official code initialises it (`init_std` is the encoder's
+    `initializer_range`, 0.02 for BERT and RoBERTa)."""
     if kind not in PROJECTORS:
         raise ValueError(f"unknown projector {kind!r}; choose one of: {', '.join(PROJECTORS)}")
-    return PROJECTORS[kind](hidden)
+    return init_like_official(PROJECTORS[kind](hidden), init_std)
 
 
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..data.registry import ORDERED_CORPORA
 from ..eval.encode import POOLERS
 from ..methods.contrastive import PROJECTORS
-from ..methods.diffcse import CHOICES, VARIANTS
+from ..methods.diffcse import ABLATIONS, CHOICES, VARIANTS, check_ablation
 from ..methods.esimcse import CHOICES as ESIMCSE_CHOICES
 from ..methods.esimcse import QUEUE_PER_BATCH
 from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
@@ -17,6 +18,10 @@ from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+#: The smallest temperature of SimCSE's temperature ablation (Gao et al. 2021, appendix: 0.001 to 1). Below it the
+#: logits cos/temp span more than 2/temp = 2000, so exp() of every negative but the hardest underflows even in fp32
+#: (e^-2000 = 0), the gradient reaches one negative per row, and the loss grows as 1/temp.
+MIN_TEMP = 1e-3
 
 
 @dataclass
@@ -38,23 +43,37 @@ class TrainConfig:
     temp: float = 0.05
     dropout: float | None = None  # the encoder's hidden and attention dropout; None keeps the checkpoint's (0.1)
     pooler: str = "cls_before_pooler"  # what the projector reads in training, and the exported model's pooler
-    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE)
+    projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE) | none (official: any pooler but cls)
     hard_negative_weight: float = 0.0
+    # supervised SimCSE keeps its MLP at test time (official --pooler_type cls without --mlp_only_train): it is
+    # exported as the model's pooler layer and the model evaluated with pooler "cls"
+    keep_projector: bool = False
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
-    save_steps: int | None = None  # resumable checkpoint interval; default: eval_steps
+    save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
+    checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
+    keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
+    compile: bool = False  # torch.compile the encoder (CUDA: faster steps after a compile of about a minute)
     log_steps: int = 10
     data_dir: str | None = None
     # DiffCSE
     generator: str = "distilbert-base-uncased"
     mask_ratio: float = 0.30
     lam: float = 0.005
-    variant: str = "official-code"  # official-code | paper-text: the defaults of the four choices below
+    variant: str = "official-code"  # official-code | paper-text: the defaults of the seven choices below
     generator_output: str | None = None
     generator_dropout: bool | None = None
     rtd_reduction: str | None = None
     condition: str | None = None
+    edited_padding: str | None = None
+    edit_views: str | None = None
+    masking: str | None = None
+    # DiffCSE ablations (Tables 3, 4, 15; cse_kit.methods.diffcse.ABLATIONS)
+    task: str = "rtd"  # rtd | cmlm | corrective | positive | negative
+    edit: str = "replace"  # replace | insert | delete | all
+    target: str = "same"  # same | next | same+next (next needs an ordered corpus)
+    contrastive: bool = True  # False: λ·L_task only ("w/o contrastive loss")
     # ESimCSE (defaults: the paper's method; esimcse_variant=official-code gives the official code's two choices)
     dup_rate: float = 0.32  # maximal repetition rate (Table 9)
     dup_level: str = "subword"  # subword (the method) | word (Table 5)
@@ -98,16 +117,26 @@ class TrainConfig:
         need(self.mixed_precision in MIXED_PRECISION,
              f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}, got {self.mixed_precision!r}")
         need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
-        need(self.lr > 0 and self.temp > 0, "lr and temp must be positive")
+        need(self.lr > 0, "lr must be positive")
+        need(self.temp >= MIN_TEMP, f"temp must be >= {MIN_TEMP} (the papers use 0.05), got {self.temp}: the loss "
+             f"grows as 1/temp and the softmax over cos/temp turns one-hot, so training stops moving")
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        need(self.checkpoint_minutes > 0, "checkpoint_minutes must be > 0 (or set save_steps)")
         need(0 < self.mask_ratio < 1, f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         need(self.lam >= 0, f"lam (the RTD weight) must be >= 0, got {self.lam}")
         need(self.variant in VARIANTS, f"unknown DiffCSE variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
-        for name, choices in CHOICES.items():
+        for name, choices in {**CHOICES, **ABLATIONS}.items():
             value = getattr(self, name)
             need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        check_ablation(self.task, self.edit, self.target, self.contrastive)
+        need(not self.keep_projector or (self.projector == "mlp" and self.pooler == "cls_before_pooler"),
+             "keep_projector exports SimCSE's MLP (Linear + tanh on [CLS]) as the model's pooler: it needs "
+             "projector='mlp' and pooler='cls_before_pooler' in training")
+        need(self.target == "same" or self.data in ORDERED_CORPORA,
+             f"target {self.target!r} needs the next sentence: train on an ordered corpus "
+             f"({', '.join(ORDERED_CORPORA)}), not {self.data!r}")
         self._validate_esimcse(need)
         self._validate_scd(need)
 
@@ -150,12 +179,12 @@ class TrainConfig:
         return round(QUEUE_PER_BATCH * self.batch_size) if self.queue_size is None else self.queue_size
 
     def diffcse_options(self) -> dict:
-        """The four paper-vs-code choices: explicit settings over the variant's defaults."""
+        """The paper-vs-code choices (explicit settings over the variant's defaults) and the ablation settings."""
         out = dict(VARIANTS[self.variant])
         for name in out:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
-        return out
+        return {**out, **{name: getattr(self, name) for name in (*ABLATIONS, "contrastive")}}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..data import DataError, load_corpus, load_nli_triplets, resolve_data_dir
-from ..data.registry import REGISTRY
+from ..data import DataError, load_corpus, load_nli_triplets, load_sentence_pairs, resolve_data_dir
+from ..data.registry import ORDERED_CORPORA, REGISTRY
 
 
 def _is_nli(source: str) -> bool:
@@ -18,12 +18,16 @@ def _is_nli(source: str) -> bool:
 
 
 def load_examples(source: str, data_dir=None, max_examples: int | None = None) -> list[tuple[str, ...]]:
-    """(sentence,) per corpus line, or (anchor, entailment, contradiction) per NLI row."""
+    """(sentence,) per corpus line, (sentence, next sentence) per consecutive pair of an ordered corpus, or
+    (anchor, entailment, contradiction) per NLI row."""
     is_file = source not in REGISTRY
     if is_file and not Path(source).is_file():
         raise FileNotFoundError(f"training data {source!r} is neither a registered dataset "
-                                f"({', '.join(n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')))}) nor a file")
-    if _is_nli(source):
+                                f"({', '.join(n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')) or n in ORDERED_CORPORA)})"
+                                " nor a file")
+    if source in ORDERED_CORPORA:
+        examples = load_sentence_pairs(source, data_dir)
+    elif _is_nli(source):
         rows = load_nli_triplets(path=source) if is_file else load_nli_triplets(data_dir=data_dir)
         examples = [(r.anchor, r.positive, r.negative) for r in rows]
     else:
@@ -84,18 +88,20 @@ def bucketed_order(lengths: torch.Tensor, bounds: list[int], batch_size: int, g:
 
 class Batches:
     """Global batch `step` of the run: a seeded permutation per epoch, incomplete last batch dropped, each
-    process taking its contiguous share. Unsupervised rows are duplicated into two views; `example_index` says
-    which examples a batch holds. `length_buckets` (ESimCSE Table 6) batches sentences of similar length: the
-    length is the number of tokens without the `special_tokens` the tokenizer adds ([CLS], [SEP])."""
+    process taking its contiguous share. Unsupervised rows are duplicated into two views; with `next_sentence` the
+    rows are (sentence, next sentence) pairs of an ordered corpus: the sentence gives the two views and the next
+    sentence comes as `next_input_ids` / `next_attention_mask`. `example_index` says which examples a batch holds.
+    `length_buckets` (ESimCSE Table 6) batches sentences of similar length: the length is the number of tokens
+    without the `special_tokens` the tokenizer adds ([CLS], [SEP])."""
 
     def __init__(self, dataset, batch_size: int, seed: int, pad_id: int, rank: int = 0, world: int = 1,
-                 length_buckets: str | None = None, special_tokens: int = 2):
+                 next_sentence: bool = False, length_buckets: str | None = None, special_tokens: int = 2):
         if batch_size % world:
             raise ValueError(f"batch_size {batch_size} must be divisible by the number of processes ({world})")
         if len(dataset) < batch_size:
             raise ValueError(f"only {len(dataset)} training examples for a batch of {batch_size}")
         self.dataset, self.batch_size, self.seed, self.pad_id = dataset, batch_size, seed, pad_id
-        self.rank, self.world = rank, world
+        self.rank, self.world, self.next_sentence = rank, world, next_sentence
         self.columns = sorted(c for c in dataset.column_names if c.startswith("ids"))
         self.bounds = parse_length_buckets(length_buckets)
         self.lengths = None
@@ -120,15 +126,25 @@ class Batches:
         start = pos * self.batch_size + self.rank * share
         index = self.order(epoch)[start:start + share].tolist()
         rows = self.dataset[index]
-        views = [rows[c] for c in self.columns] * (2 if len(self.columns) == 1 else 1)
+        if self.next_sentence:
+            batch = self._pad([rows["ids0"]] * 2)
+            following = self._pad([rows["ids1"]])
+            batch.update(next_input_ids=following["input_ids"][:, 0],
+                         next_attention_mask=following["attention_mask"][:, 0])
+        else:
+            batch = self._pad([rows[c] for c in self.columns] * (2 if len(self.columns) == 1 else 1))
+        return {**batch, "example_index": torch.tensor(index)}
+
+    def _pad(self, views: list[list[list[int]]]) -> dict:
+        """(rows, views, length) ids and attention mask, right-padded to the longest row."""
         length = max(len(ids) for view in views for ids in view)
-        input_ids = torch.full((share, len(views), length), self.pad_id, dtype=torch.long)
+        input_ids = torch.full((len(views[0]), len(views), length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         for v, view in enumerate(views):
             for i, ids in enumerate(view):
                 input_ids[i, v, :len(ids)] = torch.tensor(ids)
                 attention_mask[i, v, :len(ids)] = 1
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "example_index": torch.tensor(index)}
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
 def tokenized_cache_dir(data_dir=None) -> Path:

@@ -4,31 +4,71 @@ schedule, dev evaluation every `eval_steps` with the best model kept apart, resu
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import time
 from pathlib import Path
 
 import torch
 
+from ..data import unverified_reads
+from ..data.registry import ORDERED_CORPORA
 from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..io import recover_dir, swap_dir, write_json_atomic
 from ..models import load_model
+from .batchnorm import globalize_batchnorm
 from .config import TrainConfig
 from .data import Batches, load_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 
 
 class NonFiniteLoss(RuntimeError):
-    pass
+    """The loss, the weights or the dev score stopped being finite; nothing of that step was saved."""
+
+
+class RunStateError(ValueError):
+    """A run folder's files cannot be resumed from; the message names the file and the fix."""
+
+
+#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
+NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint")
 
 
 def _mixed_precision(setting: str) -> str:
+    if setting == "fp16" and not torch.cuda.is_available():
+        raise ValueError("mixed_precision=fp16 needs a CUDA GPU: on CPU Accelerate would silently train in fp32. "
+                         "Use mixed_precision=no (or bf16, which CPUs run) here")
     if setting != "auto":
         return setting
     if not torch.cuda.is_available():
         return "no"
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def training_changes(old: dict, new: dict) -> dict:
+    """{key: [old, new]} for the settings that change training."""
+    return {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new))
+            if k not in NOT_TRAINING and old.get(k) != new.get(k)}
+
+
+def _read_json(path: Path, fix: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunStateError(f"{path} is damaged ({e}); {fix}") from None
+
+
+def _finite_weights(model) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of process `rank`: dropout masks must differ across processes (each sees other sentences, and the
+    same mask on every rank would correlate their views); rank 0 keeps the configured seed, so one process is
+    unchanged. The batch order is drawn from the configured seed on every rank (see Batches)."""
+    return seed + 1000003 * rank
 
 
 def load_encoder(ref: str, dropout: float | None = None):
@@ -49,66 +89,119 @@ def build_objective(cfg: TrainConfig, tokenizer, encoder):
 
 
 def _is_better(new: float, best: float | None) -> bool:
-    return best is None or new > best
+    return math.isfinite(new) and (best is None or new > best)
 
 
-def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
-    """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary."""
+def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False) -> dict:
+    """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary.
+
+    A run resumes only with the configuration it was started with (what differs is named), unless
+    resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
+    on the optimizer, the schedule recomputed) and each change is recorded in the summary."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
     from tqdm import tqdm
 
     run = Path(cfg.output_dir)
     summary_path = run / "summary.json"
+    restart = f"remove {run / 'checkpoint'} to train this run again from step 0"
     if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
+        summary = _read_json(summary_path, f"remove {summary_path} to finish the run again from its checkpoint")
         if summary.get("config") == cfg.to_dict():
             return summary
-        raise ValueError(f"{run} holds a finished run with a different configuration; choose another output_dir")
+        changed = training_changes(summary.get("config", {}), cfg.to_dict())
+        raise ValueError(f"{run} holds a finished run with a different configuration ({', '.join(changed) or 'paths'} "
+                         "differ); choose another output_dir")
+    checkpoint = recover_dir(run / "checkpoint")
+    resumed = (checkpoint / "trainer_state.json").is_file()
+    changes = {}
+    if resumed and (run / "config.json").is_file():
+        changes = training_changes(_read_json(run / "config.json", restart), cfg.to_dict())
+        if changes and not resume_with_changes:
+            raise ValueError(
+                f"{run} holds a checkpoint trained with another configuration: "
+                + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+                + f". Resuming would not train what the new configuration says. Use another output_dir, {restart}, "
+                "or resume on purpose with --resume-with-changes (recorded in the summary)")
     if not torch.cuda.is_available():
         keep_freed_memory()
     # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
-    set_seed(cfg.seed)
+    seed = rank_seed(cfg.seed, accelerator.process_index)
+    set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
+    has_batchnorm = any(isinstance(m, torch.nn.BatchNorm1d) for m in objective.modules())
+    if accelerator.num_processes > 1:  # so that N processes train what one process trains on the global batch
+        globalize_batchnorm(objective)
     with accelerator.main_process_first():
         dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
                            tokenized_cache_dir(cfg.data_dir))
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
-                      accelerator.num_processes, cfg.length_buckets, tokenizer.num_special_tokens_to_add())
+                      accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA,
+                      length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add())
     total = batches.steps_per_epoch * cfg.epochs
     total = min(total, cfg.max_steps) if cfg.max_steps else total
+    objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
     params = [p for p in objective.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # on CUDA one fused kernel updates every parameter (a step 34 ms instead of 39 on an H100, issue figures)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  fused=accelerator.device.type == "cuda")
+    if cfg.compile:
+        objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if s < cfg.warmup_steps
         else max(0.0, (total - s) / max(1, total - cfg.warmup_steps)))
     # the scheduler stays unprepared: Accelerate would step it once per process, but batch_size is global here
     objective, optimizer = accelerator.prepare(objective, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    evaluator = DevEvaluator(tokenizer, cfg.pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
+    test_pooler = getattr(accelerator.unwrap_model(objective), "test_pooler", cfg.pooler)
+    evaluator = DevEvaluator(tokenizer, test_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                              transfer=cfg.metric == "transfer_devacc", device=accelerator.device)
 
-    state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0}}
-    checkpoint = recover_dir(run / "checkpoint")
-    if (checkpoint / "trainer_state.json").is_file():
-        accelerator.load_state(str(checkpoint))
-        state = json.loads((checkpoint / "trainer_state.json").read_text())
+    state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
+             "resumed_with_changes": []}
+    if resumed:
+        state = {**state, **_read_json(checkpoint / "trainer_state.json", restart)}
+        try:
+            accelerator.load_state(str(checkpoint))
+        except Exception as e:  # safetensors, torch.load and pickle each raise their own types
+            raise RunStateError(f"the checkpoint {checkpoint} cannot be loaded ({type(e).__name__}: {e}); it is "
+                                f"truncated or damaged: {restart} (the best model so far, {run / 'model'}, is "
+                                "replaced by the new run's)") from None
+        if changes:
+            for group in optimizer.param_groups:  # the checkpoint restored the old ones
+                group.update(initial_lr=cfg.lr, weight_decay=cfg.weight_decay)
+            scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
+            for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+                group["lr"] = cfg.lr * factor(scheduler.last_epoch)
+            state["resumed_with_changes"].append({"step": state["step"], "changes": changes})
     log_path = run / "log.jsonl"
     environment = describe(accelerator.device)
     if accelerator.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", cfg.to_dict())
         write_json_atomic(run / "environment.json", environment)
-        _truncate_log(log_path, state["step"])  # drop what was logged after the checkpoint we resume from
+        _truncate_log(log_path, state["step"], restart)  # drop what was logged after the checkpoint we resume from
 
     def log(record):
         if accelerator.is_main_process:
             with log_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
 
+    def stop(what: str):
+        step = _checkpoint_step(checkpoint)
+        good = (f"The last good checkpoint is {checkpoint} (step {step})" if step is not None
+                else "No checkpoint was written yet")
+        best = f", the best model {run / 'model'} (step {state['best_step']})" if state["best_step"] else ""
+        raise NonFiniteLoss(
+            f"{what} at step {state['step']}; training stopped and nothing of this step was saved. {good}{best}. "
+            "Lower lr, or use bf16 instead of fp16, then start a new output_dir (or resume with "
+            "--resume-with-changes).")
+
     def save_checkpoint():
+        if not _finite_weights(objective):
+            stop("the weights are not finite")
         t = time.perf_counter()
         tmp = run / ".checkpoint.new"
         if accelerator.is_main_process:
@@ -122,22 +215,43 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         accelerator.wait_for_everyone()
         state["seconds"]["checkpoint"] += time.perf_counter() - t
 
-    save_every = cfg.save_steps or cfg.eval_steps
+    def checkpoint_due(step: int) -> bool:
+        """Every save_steps steps, else every checkpoint_minutes (decided on the main process at log and evaluation
+        steps and shared, so every process saves at the same step)."""
+        if cfg.save_steps:
+            return step % cfg.save_steps == 0
+        if step % cfg.log_steps and step % cfg.eval_steps:
+            return False
+        due = [time.monotonic() - last_save[0] >= 60 * cfg.checkpoint_minutes]
+        if accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            broadcast_object_list(due, from_process=0)
+        return due[0]
+
+    def check_loss() -> None:
+        """The first non-finite loss is kept on the device and read here, at log, evaluation and checkpoint steps
+        only: reading it every step would stall the GPU on every step."""
+        bad = int(first_bad)
+        if bad >= 0:
+            state["step"] = bad
+            stop("the loss is not finite (nan or inf)")
+
+    last_save = [time.monotonic()]
+    first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
+    cuda = accelerator.device.type == "cuda"
     bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
                desc=cfg.preset or cfg.method, dynamic_ncols=True)
     last_dev = None
     objective.train()
     while state["step"] < total:
         t = time.perf_counter()
-        batch = {k: v.to(accelerator.device) for k, v in batches(state["step"]).items()}
+        batch = {k: (v.pin_memory() if cuda else v).to(accelerator.device, non_blocking=True)
+                 for k, v in batches(state["step"]).items()}
         with accelerator.autocast():
             out = objective(batch)
         loss = out["loss"]
-        if not torch.isfinite(loss):
-            raise NonFiniteLoss(
-                f"the loss is {float(loss.detach())} at step {state['step'] + 1}; training stopped. The last good checkpoint "
-                f"is {checkpoint} (step {_checkpoint_step(checkpoint)}), the best model {run / 'model'}. Lower lr, "
-                "or use bf16 instead of fp16, then resume or start a new output_dir.")
+        first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss.detach()), state["step"] + 1)
         accelerator.backward(loss)
         if cfg.max_grad_norm:
             accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -148,6 +262,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
         step = state["step"]
         state["seconds"]["train"] += time.perf_counter() - t
         bar.update(1)
+        if step % cfg.log_steps == 0 or step % cfg.eval_steps == 0 or step == total:
+            check_loss()
         if step % cfg.log_steps == 0 or step == total:
             record = {"step": step, "lr": scheduler.get_last_lr()[0],
                       **{k: float(v.detach()) for k, v in out.items()}}
@@ -155,32 +271,49 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> dict:
             bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
         if step % cfg.eval_steps == 0 or step == total:
             t = time.perf_counter()
-            dev = evaluator(accelerator.unwrap_model(objective).encoder)
+            test_model = _test_model(accelerator.unwrap_model(objective))
+            dev = evaluator(test_model)
             state["seconds"]["eval"] += time.perf_counter() - t
             score = dev[cfg.metric]
+            if not math.isfinite(score):
+                stop(f"the dev {cfg.metric} is {score} (the embeddings are not finite)")
             last_dev = f"{score:.2f}"
             log({"step": step, "dev": dev})
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}", dev=last_dev)
             if _is_better(score, state["best"]):
+                if not _finite_weights(objective):
+                    stop("the weights are not finite")
                 state["best"], state["best_step"] = score, step
                 if accelerator.is_main_process:
-                    export_encoder(accelerator.unwrap_model(objective).encoder, tokenizer, run / "model",
-                                   _metadata(cfg, step, dev))
-        if step % save_every == 0 or step == total:
+                    export_encoder(test_model, tokenizer, run / "model", _metadata(cfg, step, dev, test_pooler))
+        if (step < total and checkpoint_due(step)) or (step == total and cfg.keep_checkpoint):
+            check_loss()
             save_checkpoint()
+            last_save[0] = time.monotonic()
         objective.train()
     bar.close()
     summary = {"config": cfg.to_dict(), "steps": total, "best": state["best"], "best_step": state["best_step"],
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
-               "environment": environment, "processes": accelerator.num_processes}
+               "environment": environment, "processes": accelerator.num_processes,
+               "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
+               "batchnorm_statistics": "global batch" if has_batchnorm else None,
+               "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads()}
     if accelerator.is_main_process:
         write_json_atomic(summary_path, summary)
+        if not cfg.keep_checkpoint:  # a finished run needs only its best model (a DiffCSE cpu run's was 611 MB)
+            shutil.rmtree(checkpoint, ignore_errors=True)
     accelerator.wait_for_everyone()
     return summary
 
 
-def _metadata(cfg: TrainConfig, step: int, dev: dict) -> dict:
-    return {"method": cfg.method, "pooler": cfg.pooler, "profile": cfg.profile, "preset": cfg.preset,
+def _test_model(objective):
+    """What is evaluated and exported: the objective's test model (e.g. supervised SimCSE's encoder with its MLP as
+    the pooler), else its encoder."""
+    return objective.test_model()[0] if hasattr(objective, "test_model") else objective.encoder
+
+
+def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str) -> dict:
+    return {"method": cfg.method, "pooler": pooler, "profile": cfg.profile, "preset": cfg.preset,
             "base_model": cfg.model, "step": step, "dev": dev}
 
 
@@ -189,11 +322,22 @@ def _checkpoint_step(checkpoint: Path):
     return json.loads(path.read_text())["step"] if path.is_file() else None
 
 
-def _truncate_log(path: Path, step: int) -> None:
+def _truncate_log(path: Path, step: int, fix: str) -> None:
+    """Keep the log up to `step`. A torn last line (a kill in the middle of a write) is dropped; a damaged line
+    before it means the file was edited, which is named."""
     if not path.is_file():
         return
-    keep = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-    tmp = path.with_suffix(".tmp")
+    lines = [line for line in path.read_text().splitlines() if line]
+    keep = []
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                break
+            raise RunStateError(f"{path}:{i + 1} is damaged ({e}); repair or remove that line, or {fix}") from None
+        if record["step"] <= step:
+            keep.append(line)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text("".join(line + "\n" for line in keep))
     tmp.replace(path)
-
