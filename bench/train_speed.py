@@ -1,13 +1,13 @@
 """Training throughput on this machine (issue: training engine).
 
-  python bench/train_speed.py [--steps 8] [--batch-size 64] [--methods simcse,diffcse,scd,st] [--eval]
+  python bench/train_speed.py [--steps 8] [--batch-size 64] [--methods simcse,diffcse,scd,esimcse,st] [--eval]
                               [--glibc-default]
 
-SimCSE, DiffCSE and SCD (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's 3 x 4096
-projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches (Wiki1M
-sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike. Prints median
-sentences/s, DiffCSE's and SCD's measured cost over SimCSE beside their FLOP ratios, and (--eval) the share of wall
-time a dev evaluation every 125 steps takes.
+SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
+3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
+(Wiki1M sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike. Prints
+median sentences/s, DiffCSE's, SCD's and ESimCSE's measured cost over SimCSE beside their FLOP ratios, and (--eval)
+the share of wall time a dev evaluation every 125 steps takes.
 """
 
 import argparse
@@ -58,6 +58,37 @@ def scd_flop_ratio(scd, simcse, length: int) -> float:
 
 def _linear_params(module) -> int:
     return sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
+
+
+def esimcse_flop_ratio(width: int, positive_width: int) -> float:
+    """Matmul FLOPs of an ESimCSE step over a SimCSE step on the same batch: the online encoder trains on both
+    views padded to the repeated view's width, and the momentum encoder runs forward (no backward) on the original
+    view only. Per position, forward = 2 FLOPs per weight and backward twice that; the encoder's size cancels. The
+    EMA adds 3 FLOPs per parameter once per step, nothing beside the batch's matmuls."""
+    simcse = 3 * 2 * width
+    return (3 * 2 * positive_width + width) / simcse
+
+
+def esimcse_parts(esimcse, batch) -> dict:
+    """Seconds of ESimCSE's additions on their own: the repetition, the fused EMA (and, for comparison, the same
+    update as a Python loop over the tensors), the momentum pass (forward only) with its enqueue."""
+    ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+    timed = {}
+    t = time.perf_counter()
+    pos_ids, _ = esimcse.positive(ids, mask, batch["example_index"])
+    timed["repetition"] = time.perf_counter() - t
+    t = time.perf_counter()
+    esimcse.update_momentum_encoder()
+    timed["EMA (fused)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    with torch.no_grad():
+        for p_m, p in zip(esimcse.momentum_encoder.parameters(), esimcse.encoder.parameters()):
+            p_m.mul_(esimcse.momentum).add_(p, alpha=1 - esimcse.momentum)
+    loop = time.perf_counter() - t
+    t = time.perf_counter()
+    esimcse.enqueue(esimcse.momentum_embeddings(ids, mask))
+    timed["momentum pass"] = time.perf_counter() - t
+    return timed, loop, max(ids.shape[1], pos_ids.shape[1])
 
 
 def projected_fraction(batch) -> float:
@@ -127,8 +158,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8, help="timed steps per method (after 2 warm-up steps)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--methods", default="simcse,diffcse,scd,st",
-                   help="comma-separated subset of simcse, diffcse, scd, st (SimCSE is always timed)")
+    p.add_argument("--methods", default="simcse,diffcse,scd,esimcse,st",
+                   help="comma-separated subset of simcse, diffcse, scd, esimcse, st (SimCSE is always timed); "
+                        "diffcse needs the fitted MLM head (cse-kit fit-mlm-head)")
     p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
     p.add_argument("--data-dir")
     p.add_argument("--glibc-default", action="store_true",
@@ -138,7 +170,7 @@ def main():
         keep_freed_memory()  # as `cse-kit train` does on CPU; it applies to every method timed here alike
     chosen = set(args.methods.split(",")) | {"simcse"}
     presets = {"simcse": ("SimCSE", "simcse-bert"), "diffcse": ("DiffCSE", "diffcse-bert-sts"),
-               "scd": ("SCD", "scd-bert")}
+               "scd": ("SCD", "scd-bert"), "esimcse": ("ESimCSE", "esimcse-bert")}
     cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
             for key, (name, preset) in presets.items() if key in chosen}
     objectives = {}
@@ -154,7 +186,7 @@ def main():
     if "st" in chosen:
         steps["sentence-transformers MNRL"] = sentence_transformers_step(args.batch_size, 3e-5)
     times = {name: [] for name in steps}
-    fractions, parts, lengths = [], [], []
+    fractions, parts, lengths, esimcse_timed, loops, widths = [], [], [], [], [], []
     for i in range(args.steps + 2):
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
@@ -164,6 +196,11 @@ def main():
             lengths.append(batch["input_ids"].shape[-1])
             if "DiffCSE" in objectives:
                 parts.append(diffcse_parts(objectives["DiffCSE"], batch))
+            if "ESimCSE" in objectives:
+                timed, loop, width = esimcse_parts(objectives["ESimCSE"], batch)
+                esimcse_timed.append(timed)
+                loops.append(loop)
+                widths.append(esimcse_flop_ratio(batch["input_ids"].shape[-1], width))
             for k, v in measured.items():
                 times[k].append(v)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -187,6 +224,12 @@ def main():
               f"{scd_flop_ratio(objectives['SCD'], objectives['SimCSE'], length):.2f}x (batches padded to "
               f"{length:.0f} tokens on average; the optimizer update of the projector's "
               f"{_linear_params(objectives['SCD'].projector) / 1e6:.1f} M weights is not counted)")
+    if "ESimCSE" in med:
+        print(f"  ESimCSE / SimCSE step time: measured {med['ESimCSE'] / med['SimCSE']:.2f}x, "
+              f"FLOP ratio {statistics.mean(widths):.2f}x (repeated view widens the padded batch; momentum pass on x)")
+        part = {k: statistics.median(p[k] for p in esimcse_timed) for k in esimcse_timed[0]}
+        print("  ESimCSE's additions timed on their own: " + ", ".join(f"{k} {v:.4f} s" for k, v in part.items())
+              + f"; the EMA as a Python loop over tensors {statistics.median(loops):.4f} s")
     if args.eval:
         dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
         calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]

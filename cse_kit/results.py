@@ -219,7 +219,7 @@ class ResultStore:
             record = self._load(key) or self._new_record(key, subject)
             missing = [e for e in evals if e not in record["metrics"]]
             if missing:
-                encoder = self._encoder(record)
+                encoder = self.encoder(record)
                 for name in missing:
                     start = time.perf_counter()
                     record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir)
@@ -281,7 +281,8 @@ class ResultStore:
                 "dev_curve": [r for r in curve if "dev" in r], "train_curve": [r for r in curve if "dev" not in r],
                 "timings": {f"train_{k}_s": v for k, v in summary["seconds"].items()}}
 
-    def _encoder(self, record: dict):
+    def encoder(self, record: dict):
+        """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from .eval.encode import Encoder
         from .train.loop import load_encoder
 

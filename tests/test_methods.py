@@ -97,7 +97,7 @@ def _edit_beside_full_logits(model, tok, b):
     """model.edit's (edited, labels), and from the same corruption (same seed) the argmax of the generator's full
     logits and the selected positions, computed directly."""
     torch.manual_seed(3)
-    edited, labels = model.edit(b["input_ids"], b["attention_mask"])
+    edited, labels, _ = model.edit(b["input_ids"], b["attention_mask"])
     torch.manual_seed(3)
     special = torch.isin(b["input_ids"], model.special_ids)
     corrupted, selected = mlm_corrupt(b["input_ids"], special, model.mask_ratio, tok.mask_token_id, model.vocab_size)
@@ -132,14 +132,14 @@ def test_generator_choices_skip_the_full_logits_for_distilbert_and_sampling(tok)
 
     model.generator_output = "sample"
     torch.manual_seed(3)
-    sampled, labels = model.edit(b["input_ids"], b["attention_mask"])
+    sampled, labels, _ = model.edit(b["input_ids"], b["attention_mask"])
     assert torch.equal(sampled[~selected], b["input_ids"][~selected])
     assert labels.any() and not labels[~selected].any()
 
 
 def test_discriminator_sees_h_at_position_zero_and_rtd_gradient_reaches_the_encoder(tok, diffcse):
     b = tok(SENTENCES, padding=True, return_tensors="pt")
-    edited, labels = diffcse.edit(b["input_ids"], b["attention_mask"])
+    edited, labels, _ = diffcse.edit(b["input_ids"], b["attention_mask"])
     seen = {}
 
     def capture(module, args, kwargs):  # the discriminator's first transformer layer input
@@ -157,7 +157,7 @@ def test_discriminator_sees_h_at_position_zero_and_rtd_gradient_reaches_the_enco
     batch = _views(tok, SENTENCES)
     _, projected = diffcse.encode_views(batch)
     ids, mask = batch["input_ids"].flatten(0, 1), batch["attention_mask"].flatten(0, 1)
-    edited, labels = diffcse.edit(ids, mask)
+    edited, labels, _ = diffcse.edit(ids, mask)
     for detach, expect_grad in ((True, False), (False, True)):
         diffcse.zero_grad()
         _, projected = diffcse.encode_views(batch)

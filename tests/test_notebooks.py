@@ -15,6 +15,7 @@ import pytest
 
 from cse_kit import report
 from cse_kit.experiments import TABLE_MIMETYPE
+from cse_kit.paper import paper_table
 
 from conftest import REPO
 
@@ -61,11 +62,30 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     assert len(list((results_dir / "records").glob("*.json"))) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name,params,row", [
+    ("table3_objective", {"variant": "DiffCSE use next sent. for x′"}, "DiffCSE use next sent. for x′"),
+    ("table4_augmentation", {"edit": "delete"}, "randomly delete 15%"),
+    ("table15_pos_neg", {"roles": ["negative"], "edits": ["insert"]}, "+ Additional negatives: random insert 15%"),
+])
+def test_ablation_notebooks_run_on_smoke(name, params, row, tmp_path, data_dir, results_dir):
+    """Tables 3, 4, 15 with one row (besides SimCSE): the paper's value beside ours, STS-B dev only off `paper`."""
+    table = report.table_of(_run(name, tmp_path, data_dir, results_dir, profile="smoke", seeds=[1], **params))
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert cells[(row, "STS-B")]["n"] == 1 and -100 < cells[(row, "STS-B")]["mean"] < 100
+    assert cells[(row, "STS-B")]["paper"] == paper_table(int(name.split("_")[0][5:]))["STS-B"][row]
+    assert cells[(row, "Avg. transfer")]["n"] == 0 and "paper profile only" in table["notes"][0]
+
+
 @pytest.mark.parametrize("name,params,message", [
     ("table8_lambda", {"lam": -1.0}, "λ must be"),
     ("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in"),
     ("table6_generator", {"generator": "gpt2"}, "unknown generator"),
     ("table1_sts", {"profile": "laptop"}, "unknown profile"),
+    ("table3_objective", {"variant": "w/o RTD"}, r"unknown Table 3 variant\(s\) \['w/o RTD'\]"),
+    ("table4_augmentation", {"edit": "swap"}, r"unknown edit\(s\) \['swap'\]"),
+    ("table15_pos_neg", {"roles": ["neutral"]}, r"unknown role\(s\) \['neutral'\]"),
+    ("table15_pos_neg", {"edits": ["all"]}, r"unknown edit\(s\) \['all'\]"),
     ("scd_table3_ablation", {"recipe": "nope"}, "unknown SCD recipe"),
     ("scd_table1_sts", {"recipe": "official-code"}, "BERT only"),
     ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),

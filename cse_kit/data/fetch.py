@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -80,10 +81,12 @@ def _check_tail(stream) -> None:
 
 
 def unpack(archive: Path, dest: Path) -> None:
-    """Unpack a tar(.gz), zip or .gz file, or copy a plain file, into dest."""
+    """Unpack a tar(.gz), zip or .gz file, or copy a plain file or a folder, into dest."""
     name = archive.name
     try:
-        if tarfile.is_tarfile(archive):
+        if archive.is_dir():
+            shutil.copytree(archive, dest / name, symlinks=True)  # a link is another name of a file there
+        elif tarfile.is_tarfile(archive):
             with tarfile.open(archive) as t:
                 t.extractall(dest, filter="data")
                 _check_tail(t.fileobj)
@@ -236,6 +239,12 @@ class ResumableHTTPDownloader:
 def fetch_source(source: Source, cache_dir: Path, progressbar: bool = True) -> Path:
     """Download one source into cache_dir (resumable, checksum-checked when a checksum is known)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
+    if source.url.startswith("file:///"):  # a local source (e.g. a folder a system package installs)
+        local = Path(source.url[len("file://"):])
+        if not local.exists():
+            raise DataError(f"{local} does not exist on this machine (its source: {source.url}); import a copy "
+                            "with `cse-kit data import PATH`")
+        return local
     if source.url.startswith("file:"):
         raise DataError(f"{source.filename} has no download source; import it: `cse-kit data import PATH`")
     if source.hub_file is not None:
@@ -280,7 +289,59 @@ def _convert_snli_jsonl(tree: Path) -> None:
             (out / f"{name}.{split}").write_text("\n".join(values) + "\n", encoding="utf-8")
 
 
-CONVERTERS = {"snli_jsonl": _convert_snli_jsonl}
+#: a sentence ends at . ! or ? followed by space and a capital letter, a quote or an opening bracket
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
+#: shorter pieces are headings or list labels, not sentences
+MIN_WORDS = 4
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    return [s for s in SENTENCE_END.split(" ".join(paragraph.split())) if len(s.split()) >= MIN_WORDS]
+
+
+def _write_documents(path: Path, documents) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as out:
+        for doc in documents:
+            if doc:
+                out.write("\n".join(doc) + "\n\n")
+
+
+def _wikitext_articles(lines):
+    """WikiText's raw train file: articles start at ' = Title = ' lines (sections are ' = = ... = = '); every other
+    non-empty line is a paragraph."""
+    article = None
+    for line in lines:
+        text = line.strip()
+        if text.startswith("= ") and text.endswith(" =") and not text.startswith("= ="):
+            if article:
+                yield article
+            article = []
+        elif text and not text.startswith("=") and article is not None:
+            article.extend(split_sentences(text))
+    if article:
+        yield article
+
+
+def _convert_wikitext_sentences(tree: Path) -> None:
+    found = sorted(tree.rglob("wiki.train.raw"))
+    if not found:
+        raise DataError("wiki.train.raw not found in the WikiText-103 archive")
+    with open(found[0], encoding="utf-8") as f:
+        _write_documents(tree / "converted" / "wikitext103_train_sentences.txt", _wikitext_articles(f))
+
+
+def _convert_license_sentences(tree: Path) -> None:
+    """Each licence text (a regular file, sorted by name; links are other names of the same texts) as a document,
+    its paragraphs (blank-line separated, hard-wrapped) split into sentences."""
+    texts = sorted(p for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
+    documents = [[s for para in re.split(r"\n\s*\n", p.read_text(encoding="utf-8")) for s in split_sentences(para)]
+                 for p in texts]
+    _write_documents(tree / "converted" / "common_licenses_sentences.txt", documents)
+
+
+CONVERTERS = {"snli_jsonl": _convert_snli_jsonl, "wikitext_sentences": _convert_wikitext_sentences,
+              "license_sentences": _convert_license_sentences}
 #: converter -> why its output's md5 differs from the reference copy while its records are the same
 CONVERSION_DIFFERS = {"snli_jsonl": "converted from the official jsonl without SentEval's PTB tokenizer"}
 

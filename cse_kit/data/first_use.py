@@ -11,6 +11,7 @@ import sys
 from . import loaders
 from .fetch import download
 from .loaders import DataError, MissingDatasetError, downloads_allowed
+from .registry import spec
 
 
 def on_first_use(load):
@@ -19,10 +20,11 @@ def on_first_use(load):
         try:
             return load(*args, **kwargs)
         except MissingDatasetError as missing:
-            if missing.dataset is None or not downloads_allowed():
+            if missing.dataset is None or not (downloads_allowed() or is_local(missing.dataset)):
                 raise
-            print(f"dataset {missing.dataset} is missing from {missing.root}: downloading it once (set "
-                  "CSE_KIT_OFFLINE=1 to stop this)", file=sys.stderr)
+            how = (f"copying it from {spec(missing.dataset).source.url}" if is_local(missing.dataset) else
+                   "downloading it once (set CSE_KIT_OFFLINE=1 to stop this)")
+            print(f"dataset {missing.dataset} is missing from {missing.root}: {how}", file=sys.stderr)
             try:
                 download([missing.dataset], missing.root)
             except DataError as err:
@@ -32,9 +34,16 @@ def on_first_use(load):
     return load_or_download
 
 
+def is_local(name: str) -> bool:
+    """A dataset whose source is a folder of this machine (file:///...): placing it is no download, offline too."""
+    return spec(name).source.url.startswith("file:///")
+
+
 load_sts = on_first_use(loaders.load_sts)
 load_classification = on_first_use(loaders.load_classification)
 load_snli = on_first_use(loaders.load_snli)
 snli_triplets = on_first_use(loaders.snli_triplets)
 load_corpus = on_first_use(loaders.load_corpus)
 load_nli_triplets = on_first_use(loaders.load_nli_triplets)
+load_documents = on_first_use(loaders.load_documents)
+load_sentence_pairs = on_first_use(loaders.load_sentence_pairs)

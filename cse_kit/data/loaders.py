@@ -352,6 +352,24 @@ def load_corpus(name: str = "Wiki1M", data_dir=None, path: str | os.PathLike | N
     return _lines(file)
 
 
+def load_documents(name: str, data_dir=None, path: str | os.PathLike | None = None) -> list[list[str]]:
+    """An ordered corpus: its documents, each a list of sentences in their order."""
+    file = Path(path) if path is not None else dataset_root(spec(name), data_dir) / spec(name).files[0]
+    documents, current = [], []
+    for line in _lines(file) + [""]:
+        if line.strip():
+            current.append(line)
+        elif current:
+            documents.append(current)
+            current = []
+    return documents
+
+
+def load_sentence_pairs(name: str, data_dir=None, path: str | os.PathLike | None = None) -> list[tuple[str, str]]:
+    """(sentence, next sentence) of an ordered corpus, every consecutive pair within a document, in corpus order."""
+    return [pair for doc in load_documents(name, data_dir, path) for pair in zip(doc, doc[1:])]
+
+
 def load_nli_triplets(name: str = "NLI", data_dir=None, path: str | os.PathLike | None = None) -> list[NliTriplet]:
     """SimCSE's nli_for_simcse.csv: header sent0,sent1,hard_neg."""
     file = Path(path) if path is not None else dataset_root(spec(name), data_dir) / spec(name).files[0]
@@ -391,4 +409,7 @@ def _count_records(ds: DatasetSpec, data_dir) -> dict[str, int]:
         return {s: len(load_snli(s, data_dir)) for s in ds.counts}
     if ds.kind == "corpus":
         return {"train": len(load_corpus(name, data_dir))}
+    if ds.kind == "ordered":
+        documents = load_documents(name, data_dir)
+        return {"documents": len(documents), "pairs": sum(len(d) - 1 for d in documents)}
     return {"train": len(load_nli_triplets(name, data_dir))}

@@ -155,6 +155,25 @@ _DATASETS = [
         licence="SNLI CC BY-SA 4.0 + MNLI (OANC/CC BY-SA 3.0 mix)",
         notes="SimCSE's SNLI+MNLI triplets: sent0, sent1 (entailment), hard_neg (contradiction)",
     ),
+    # ordered corpora for DiffCSE's next-sentence variants (Table 3): one sentence per line in document order, a blank
+    # line between documents; the loader pairs each sentence with the next one of its document
+    DatasetSpec(
+        "WikiText-103", "ordered", "training", ("wikitext103_train_sentences.txt",), {},
+        Source("https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-raw-v1.zip", "zip",
+               convert="wikitext_sentences"),
+        ("https://huggingface.co/datasets/Salesforce/wikitext",), "CC BY-SA 3.0 (Wikipedia)",
+        notes="the train split of WikiText-103 (raw; Merity et al. 2016): 28,475 Good/Featured Wikipedia articles "
+              "with their sentence order intact, the same domain as Wiki1M; articles split at their ' = Title = ' "
+              "lines, sentences at '.', '!', '?' before a capital. No published sentence count.",
+    ),
+    DatasetSpec(
+        "Licenses-ordered", "ordered", "training", ("common_licenses_sentences.txt",), {"documents": 14, "pairs": 1276},
+        Source("file:///usr/share/common-licenses", "dir", convert="license_sentences"),
+        licence="each text's own terms; all allow verbatim copies",
+        notes="the English licence texts Debian's base-files package installs in /usr/share/common-licenses "
+              "(GPL, LGPL, GFDL, MPL, Apache, Artistic, CC0), in their order: real, ordered English prose "
+              "available offline, for the cpu and smoke profiles",
+    ),
     DatasetSpec(
         "STS-raw", "sts_split", "sts_raw",
         ("stsbenchmark/sts-train.csv", "stsbenchmark/sts-dev.csv", "stsbenchmark/sts-test.csv"),
@@ -166,6 +185,7 @@ _DATASETS = [
 ]
 
 REGISTRY: dict[str, DatasetSpec] = {d.name: d for d in _DATASETS}
+ORDERED_CORPORA = tuple(d.name for d in _DATASETS if d.kind == "ordered")
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 EVALUATION_SETS = STS_TASKS + TRANSFER_TASKS

@@ -3,10 +3,11 @@ discriminator, heads); `.encoder` is the plain Hugging Face model that gets expo
 
 from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
 from .diffcse import DiffCSE, mlm_corrupt
+from .esimcse import ESimCSE
 from .scd import SCD
 from .simcse import SimCSE
 
-METHODS = {"simcse": SimCSE, "diffcse": DiffCSE, "scd": SCD}
+METHODS = {"simcse": SimCSE, "diffcse": DiffCSE, "esimcse": ESimCSE, "scd": SCD}
 
-__all__ = ["METHODS", "BatchNormProjector", "DiffCSE", "MLPProjector", "SCD", "SimCSE", "gather_with_grad", "info_nce",
-           "make_projector", "mlm_corrupt"]
+__all__ = ["METHODS", "BatchNormProjector", "DiffCSE", "ESimCSE", "MLPProjector", "SCD", "SimCSE", "gather_with_grad",
+           "info_nce", "make_projector", "mlm_corrupt"]

@@ -30,14 +30,37 @@ class BatchNormProjector(nn.Sequential):
                          nn.Linear(2 * hidden, hidden, bias=False), norm(hidden, affine=False))
 
 
-PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector,
+class NoProjector(nn.Identity):
+    """No projector: the pooled vector itself."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+
+
+#: "none": the pooled vector itself, as the official code trains with any pooler but `cls` (SimCSE
+#: simcse/models.py:92, DiffCSE diffcse/models.py:118 build the MLP only for `--pooler_type cls`)
+PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector, "none": NoProjector,
               "batchnorm-per-process": lambda hidden: BatchNormProjector(hidden, per_process=True)}
 
 
-def make_projector(kind: str, hidden: int) -> nn.Module:
+def init_like_official(module: nn.Module, std: float = 0.02) -> nn.Module:
+    """The official `cl_init` calls `init_weights()` after building the MLP (SimCSE simcse/models.py:95, DiffCSE
+    diffcse/models.py:121), i.e. BERT's `_init_weights`: Linear weights N(0, initializer_range), zero biases.
+    BatchNorm is not touched there, so it keeps torch's default (weight 1, bias 0), as here."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.normal_(layer.weight, mean=0.0, std=std)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    return module
+
+
+def make_projector(kind: str, hidden: int, init_std: float = 0.02) -> nn.Module:
+    """The training projector, initialised as the official code initialises it (`init_std` is the encoder's
+    `initializer_range`, 0.02 for BERT and RoBERTa)."""
     if kind not in PROJECTORS:
         raise ValueError(f"unknown projector {kind!r}; choose one of: {', '.join(PROJECTORS)}")
-    return PROJECTORS[kind](hidden)
+    return init_like_official(PROJECTORS[kind](hidden), init_std)
 
 
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
@@ -57,14 +80,17 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def info_nce(z1: torch.Tensor, z2: torch.Tensor, temp: float, z3: torch.Tensor | None = None,
-             hard_negative_weight: float = 0.0) -> torch.Tensor:
+             hard_negative_weight: float = 0.0, queue: torch.Tensor | None = None) -> torch.Tensor:
     """Mean cross-entropy of cos(z1_i, z2_j) / temp over j (plus cos(z1_i, z3_j) / temp for supervised hard
     negatives, whose own pair gets `hard_negative_weight` added to its logit, as SimCSE), labels on the diagonal.
-    Inputs are this process's rows; they are gathered across processes first."""
+    Inputs are this process's rows; they are gathered across processes first. `queue`: extra negatives shared by
+    every row (ESimCSE's momentum queue), already global and detached, appended after the in-batch columns."""
     z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
     logits = cosine_matrix(z1, z2) / temp
     if z3 is not None:
         negatives = cosine_matrix(z1, gather_with_grad(z3)) / temp
         negatives = negatives + hard_negative_weight * torch.eye(len(z1), device=z1.device, dtype=negatives.dtype)
         logits = torch.cat([logits, negatives], dim=1)
+    if queue is not None:
+        logits = torch.cat([logits, cosine_matrix(z1, queue.to(z1.dtype)) / temp], dim=1)
     return F.cross_entropy(logits.float(), torch.arange(len(z1), device=z1.device))

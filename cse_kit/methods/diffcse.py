@@ -11,27 +11,60 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .contrastive import info_nce, init_like_official
+from .edits import delete_tokens, insert_masks, pad_rows, unpad
 from .simcse import SimCSE
 
 #: Where the paper's text and the official code (voidism/DiffCSE) differ; the official behaviour is the default.
 VARIANTS = {
     "official-code": {"generator_output": "argmax", "generator_dropout": True, "rtd_reduction": "mean",
-                      "condition": "projector"},
+                      "condition": "projector", "edited_padding": "zero", "edit_views": "both", "masking": "bert"},
     "paper-text": {"generator_output": "sample", "generator_dropout": False, "rtd_reduction": "sum",
-                   "condition": "projector"},
+                   "condition": "projector", "edited_padding": "pad", "edit_views": "first", "masking": "mask"},
 }
 #: generator rows projected onto the vocabulary at once (250 MB of float32 logits for a 30k vocabulary)
 GENERATOR_CHUNK = 2048
+#: COCO-LM's weight of the copy loss in its corrective LM (λ_copy, Meng et al. 2021 §3.2 and its pretraining setup)
+COPY_WEIGHT = 50.0
 
 CHOICES = {
     "generator_output": {"argmax": "the generator's argmax at every non-padding position (official code)",
                          "sample": "a sample from the generator at the masked positions only (paper, ELECTRA)"},
     "rtd_reduction": {"mean": "cross-entropy mean over every position of the batch, padding included (official)",
-                      "sum": "sum over the real tokens of every sentence (the paper's formula)"},
+                      "sum": "sum over the real tokens of every edited sentence (the paper's formula)"},
     "condition": {"projector": "h is the projector output (official code)",
-                  "encoder": "h is the pooled encoder output before the projector (official --before_mlp)"},
+                  "encoder": "h is the pooled encoder output before the projector (official --before_mlp; with the "
+                             "BatchNorm projector an extension: the official code crashes there, diffcse/models.py:"
+                             "204-206 apply BatchNorm1d to the (batch, views, hidden) tensor)"},
+    "edited_padding": {"zero": "id 0 at the padding of the edited sentence, as the official `e_inputs = g_pred * "
+                               "attention_mask` (diffcse/models.py:187): BERT's [PAD], but RoBERTa's <s>",
+                       "pad": "the tokenizer's pad id (the same for BERT; for RoBERTa the position ids then stop "
+                              "at the sentence's end)"},
+    "edit_views": {"both": "each dropout view gets its own edited copy, conditioned on its own h (official code)",
+                   "first": "one edited copy per sentence, conditioned on the first view's h (the paper's "
+                            "L_RTD = sum over the N sentences)"},
+    "masking": {"bert": "BERT's corruption of the selected tokens: 80% [MASK], 10% random, 10% kept (official "
+                        "collator, train.py:533-542)",
+                "mask": "every selected token becomes [MASK] (the paper's x' = m · x)"},
 }
 
+#: The objective ablations of the paper (Tables 3, 4 and 15); none is in the official code.
+ABLATIONS = {
+    "task": {"rtd": "replaced-token detection conditioned on h (DiffCSE)",
+             "cmlm": "conditional MLM (Yang et al. 2020): recover the masked tokens of x' conditioned on h",
+             "corrective": "conditional corrective LM (COCO-LM, Meng et al. 2021): recover the original token at "
+                           "every position of x'' with a vocabulary head and a copy mechanism, conditioned on h",
+             "positive": "no discriminator: the edited sentence is an extra positive in SimCSE (Table 15)",
+             "negative": "no discriminator: the edited sentence is an extra negative in SimCSE (Table 15)"},
+    "edit": {"replace": "MLM replacement by the generator (DiffCSE)",
+             "insert": "[MASK]s inserted at random positions (mask_ratio of the tokens), filled by the generator; "
+                       "label: inserted vs original",
+             "delete": "mask_ratio of the tokens deleted; label per token: was the token right before it deleted",
+             "all": "each sentence gets one of replace, insert, delete, uniformly at random"},
+    "target": {"same": "the task edits the sentence itself (DiffCSE)",
+               "next": "the task edits the next sentence of the corpus, conditioned on h of the sentence",
+               "same+next": "both, their losses summed"},
+}
 
 def special_token_ids(tokenizer) -> torch.Tensor:
     """Ids MLM corruption never selects ([CLS], [SEP], [PAD], ...)."""
@@ -39,13 +72,16 @@ def special_token_ids(tokenizer) -> torch.Tensor:
 
 
 def mlm_corrupt(input_ids: torch.Tensor, special: torch.Tensor, ratio: float, mask_id: int, vocab_size: int,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT's MLM corruption as the official collator: each non-special token is selected with probability
-    `ratio`; of those 80% become [MASK], 10% a random token, 10% stay. Returns (corrupted ids, selected)."""
+                generator: torch.Generator | None = None, bert: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """MLM corruption as the official collator: each non-special token is selected with probability `ratio`; of
+    those 80% become [MASK], 10% a random token, 10% stay (`bert=False`: all become [MASK]).
+    Returns (corrupted ids, selected)."""
     def coin(p, like):
         return torch.rand(like.shape, device=like.device, generator=generator) < p
 
     selected = coin(ratio, input_ids) & ~special
+    if not bert:
+        return input_ids.masked_fill(selected, mask_id), selected
     masked = selected & coin(0.8, input_ids)
     randomized = selected & ~masked & coin(0.5, input_ids)
     out = input_ids.masked_fill(masked, mask_id)
@@ -53,41 +89,112 @@ def mlm_corrupt(input_ids: torch.Tensor, special: torch.Tensor, ratio: float, ma
     return torch.where(randomized, random_ids, out), selected
 
 
+class ConditionalLMHead(nn.Module):
+    """BERT's MLM head on the discriminator: a transform (Linear, GELU, LayerNorm) and the discriminator's word
+    embeddings as the decoder (tied, as BERT's), with its own output bias; plus, for the corrective LM, COCO-LM's
+    copy head (a linear map to the logit of p_copy(1 | h))."""
+
+    def __init__(self, config, vocab_size: int, copy: bool = False):
+        super().__init__()
+        hidden = config.hidden_size
+        self.transform = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
+                                       nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12)))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.copy = nn.Linear(hidden, 1) if copy else None
+        init_like_official(self, getattr(config, "initializer_range", 0.02))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return self.transform(hidden) @ word_embeddings[:len(self.bias)].T + self.bias
+
+
+def corrective_lm_loss(vocab_logits: torch.Tensor, copy_logits: torch.Tensor, original: torch.Tensor,
+                       edited: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """COCO-LM's corrective LM per token (Meng et al. 2021, §3.2): with c = 1(original = edited),
+    p_copy(1 | h) = sigmoid(w·h) and p_LM the vocabulary softmax,
+        p_CLM(original | h) = c · p_copy(1 | h) + p_copy(0 | h) · p_LM(original | h)   (p_copy without gradient)
+        L = -log p_CLM + λ_copy · BCE(p_copy(1 | h), c).
+    Returns (L_LM, L_copy) per token."""
+    log_lm = vocab_logits.float().log_softmax(-1).gather(-1, original.unsqueeze(-1)).squeeze(-1)
+    c = copy_logits.float()
+    keep = F.logsigmoid(-c.detach()) + log_lm
+    copied = original == edited
+    log_p = torch.where(copied, torch.logaddexp(F.logsigmoid(c.detach()), keep), keep)
+    copy_loss = F.binary_cross_entropy_with_logits(c, copied.float(), reduction="none")
+    return -log_p, copy_loss
+
+
+def generator_head_input(generator: nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """What a masked LM's output embedding (its vocabulary projection) receives, shape (batch, length, dim).
+    The projection itself is skipped here: a pre-hook hands it an empty slice, so no (batch, length, vocab)
+    tensor is ever built."""
+    captured = {}
+
+    def capture(module, args):
+        captured["hidden"] = args[0]
+        return (args[0][..., :0, :],)
+
+    handle = generator.get_output_embeddings().register_forward_pre_hook(capture)
+    try:
+        generator(input_ids=ids, attention_mask=attention_mask)
+    finally:
+        handle.remove()
+    return captured["hidden"]
+
+
 class DiffCSE(SimCSE):
     method = "diffcse"
 
-    def __init__(self, encoder: nn.Module, generator: nn.Module, tokenizer, *, mask_ratio: float = 0.30,
+    def __init__(self, encoder: nn.Module, generator: nn.Module | None, tokenizer, *, mask_ratio: float = 0.30,
                  lam: float = 0.005, generator_output: str = "argmax", generator_dropout: bool = True,
-                 rtd_reduction: str = "mean", condition: str = "projector", discriminator: nn.Module | None = None,
+                 rtd_reduction: str = "mean", condition: str = "projector", edited_padding: str = "zero",
+                 edit_views: str = "both", masking: str = "bert", task: str = "rtd", edit: str = "replace",
+                 target: str = "same", contrastive: bool = True, discriminator: nn.Module | None = None,
                  **simcse_kwargs):
         super().__init__(encoder, **simcse_kwargs)
         if not 0 < mask_ratio < 1:
             raise ValueError(f"mask_ratio must be in (0, 1), got {mask_ratio}")
         if lam < 0:
             raise ValueError(f"lambda (the RTD weight) must be >= 0, got {lam}")
-        for name, value in (("generator_output", generator_output), ("rtd_reduction", rtd_reduction),
-                            ("condition", condition)):
-            if value not in CHOICES[name]:
-                raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(CHOICES[name])}")
-        vocab = encoder.get_input_embeddings().num_embeddings
-        gen_vocab = generator.get_output_embeddings().out_features
-        if gen_vocab > vocab:
-            raise ValueError(f"the generator predicts {gen_vocab} token ids but the encoder's vocabulary has {vocab}: "
-                             "use a generator with the encoder's tokenizer (DistilBERT for BERT, DistilRoBERTa for "
-                             "RoBERTa)")
+        settings = {"generator_output": generator_output, "rtd_reduction": rtd_reduction, "condition": condition,
+                    "edited_padding": edited_padding, "edit_views": edit_views, "masking": masking, "task": task,
+                    "edit": edit, "target": target}
+        for name, value in settings.items():
+            choices = CHOICES.get(name) or ABLATIONS[name]
+            if value not in choices:
+                raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        check_ablation(task, edit, target, contrastive)
         self.mask_ratio, self.lam = mask_ratio, lam
         self.generator_output, self.generator_dropout = generator_output, generator_dropout
-        self.rtd_reduction, self.condition = rtd_reduction, condition
-        self.generator = generator.requires_grad_(False)
-        # the official code loads the discriminator from the encoder's checkpoint; a copy of the freshly loaded
-        # encoder is the same weights without a second download
-        self.discriminator = discriminator if discriminator is not None else copy.deepcopy(encoder)
-        self.rtd_head = nn.Linear(self.discriminator.config.hidden_size, 2)
+        self.rtd_reduction, self.condition, self.edit_views, self.masking = rtd_reduction, condition, edit_views, masking
+        self.task, self.edit_kind, self.target, self.use_contrastive = task, edit, target, contrastive
         self.mask_id, self.cls_id, self.pad_id = tokenizer.mask_token_id, tokenizer.cls_token_id, tokenizer.pad_token_id
+        self.edited_pad_id = 0 if edited_padding == "zero" else self.pad_id
         self.register_buffer("special_ids", special_token_ids(tokenizer), persistent=False)
-        self.vocab_size = gen_vocab
+        vocab = encoder.get_input_embeddings().num_embeddings
+        self.vocab_size = vocab
+        self.generator = None
+        if generator is not None:
+            gen_vocab = generator.get_output_embeddings().out_features
+            if gen_vocab > vocab:
+                raise ValueError(f"the generator predicts {gen_vocab} token ids but the encoder's vocabulary has "
+                                 f"{vocab}: use a generator with the encoder's tokenizer (DistilBERT for BERT, "
+                                 "DistilRoBERTa for RoBERTa)")
+            self.generator, self.vocab_size = generator.requires_grad_(False), gen_vocab
+        elif needs_generator(task, edit):
+            raise ValueError(f"task {task!r} with edit {edit!r} needs a generator (a masked LM)")
+        self.discriminator = None
         self._h = None
-        self.discriminator.embeddings.register_forward_hook(self._condition_on_h)
+        if task in ("rtd", "cmlm", "corrective"):
+            # the official code loads the discriminator from the encoder's checkpoint; a copy of the freshly loaded
+            # encoder is the same weights without a second download
+            self.discriminator = discriminator if discriminator is not None else copy.deepcopy(encoder)
+            self.discriminator.embeddings.register_forward_hook(self._condition_on_h)
+            config = self.discriminator.config
+            if task == "rtd":
+                # torch's default init: the official train.py:373,387 attaches it after loading, no init_weights
+                self.rtd_head = nn.Linear(config.hidden_size, 2)
+            else:
+                self.lm_head = ConditionalLMHead(config, vocab, copy=task == "corrective")
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffCSE":
@@ -95,8 +202,11 @@ class DiffCSE(SimCSE):
 
         from ..models import load_model
 
-        _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
-        return cls(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **cfg.diffcse_options(),
+        options = cfg.diffcse_options()
+        generator = None
+        if needs_generator(options["task"], options["edit"]):
+            _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
+        return cls(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **options,
                    **cls.common_options(cfg))
 
     def _condition_on_h(self, module, args, output):
@@ -106,21 +216,7 @@ class DiffCSE(SimCSE):
         return torch.cat([self._h.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
     def _generator_head_input(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """What the generator's output embedding (its vocabulary projection) receives, shape (batch, length, dim).
-        The projection itself is skipped here: a pre-hook hands it an empty slice, so no (batch, length, vocab)
-        tensor is ever built."""
-        captured = {}
-
-        def capture(module, args):
-            captured["hidden"] = args[0]
-            return (args[0][..., :0, :],)
-
-        handle = self.generator.get_output_embeddings().register_forward_pre_hook(capture)
-        try:
-            self.generator(input_ids=ids, attention_mask=attention_mask)
-        finally:
-            handle.remove()
-        return captured["hidden"]
+        return generator_head_input(self.generator, ids, attention_mask)
 
     def _generator_choices(self, hidden: torch.Tensor) -> torch.Tensor:
         """The generator's token at each row of `hidden` (rows, dim): argmax or a sample of its distribution.
@@ -136,12 +232,13 @@ class DiffCSE(SimCSE):
                 choices.append(torch.multinomial(logits.float().softmax(-1), 1).squeeze(1))
         return torch.cat(choices)  # split always yields a chunk, an empty one for no rows
 
-    @torch.no_grad()
-    def edit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(edited ids x'', RTD labels = edited != original on real tokens)."""
+    def _corrupt(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         special = torch.isin(input_ids, self.special_ids)
-        corrupted, selected = mlm_corrupt(input_ids, special, self.mask_ratio, self.mask_id, self.vocab_size)
-        self.generator.train(self.training and self.generator_dropout)
+        return mlm_corrupt(input_ids, special, self.mask_ratio, self.mask_id, self.vocab_size,
+                           bert=self.masking == "bert")
+
+    def _replace(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        corrupted, selected = self._corrupt(input_ids)
         hidden = self._generator_head_input(corrupted, attention_mask)
         # the generator's choice matters only where it can enter x'': every real token after [CLS] (argmax, the
         # official code) or the corrupted tokens (sampling); position 0 is [CLS] and padding stays padding
@@ -153,37 +250,184 @@ class DiffCSE(SimCSE):
         edited = input_ids.clone()
         edited[where] = self._generator_choices(hidden[where])
         edited[:, 0] = self.cls_id
-        edited = edited.masked_fill(attention_mask == 0, self.pad_id)
         return edited, (edited != input_ids) & (attention_mask == 1)
+
+    def _insert(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = [insert_masks(r, self.mask_ratio, self.mask_id) for r in unpad(input_ids, attention_mask)]
+        ids, inserted, mask = pad_rows(*zip(*rows), self.pad_id, input_ids.device)
+        if inserted.any():  # the generator fills the inserted [MASK]s (argmax or a sample)
+            hidden = self._generator_head_input(ids, mask)
+            ids[inserted] = self._generator_choices(hidden[inserted])
+        return ids, inserted, mask
+
+    def _delete(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = [delete_tokens(r, self.mask_ratio) for r in unpad(input_ids, attention_mask)]
+        return pad_rows(*zip(*rows), self.pad_id, input_ids.device)
+
+    def _edit_as(self, kind: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if kind == "replace":
+            return (*self._replace(input_ids, attention_mask), attention_mask)
+        return self._insert(input_ids, attention_mask) if kind == "insert" else self._delete(input_ids, attention_mask)
+
+    def _edit_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each row gets one of the three edits at random; the rows are re-padded together in their order."""
+        kinds = torch.randint(3, (len(input_ids),))
+        rows, flags = [None] * len(input_ids), [None] * len(input_ids)
+        for k, kind in enumerate(("replace", "insert", "delete")):
+            index = (kinds == k).nonzero().flatten().tolist()
+            if not index:
+                continue
+            ids, labels, mask = self._edit_as(kind, input_ids[index], attention_mask[index])
+            for i, row_ids, row_labels, row_mask in zip(index, ids, labels, mask):
+                rows[i], flags[i] = row_ids[row_mask == 1].tolist(), row_labels[row_mask == 1].tolist()
+        return pad_rows(rows, flags, self.pad_id, input_ids.device)
+
+    @torch.no_grad()
+    def edit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, kind: str | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(edited ids x'', labels, attention mask of x''). Labels: replace: edited != original on real tokens;
+        insert: the inserted tokens; delete: the tokens whose predecessor was deleted."""
+        kind = kind or self.edit_kind
+        if self.generator is not None:
+            self.generator.train(self.training and self.generator_dropout)
+        if kind == "all":
+            edited, labels, mask = self._edit_all(input_ids, attention_mask)
+        else:
+            edited, labels, mask = self._edit_as(kind, input_ids, attention_mask)
+        return edited.masked_fill(mask == 0, self.edited_pad_id), labels, mask
+
+    def _discriminate(self, h: torch.Tensor, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        self._h = h
+        try:
+            return self.discriminator(input_ids=ids, attention_mask=attention_mask).last_hidden_state
+        finally:
+            self._h = None
+
+    def _reduce(self, per_token: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+        """mean over `where` (the official mean for RTD covers every position), or the paper's sum."""
+        if self.rtd_reduction == "sum":
+            return (per_token * where).sum()
+        return per_token[where].mean() if where.any() else per_token.sum() * 0
 
     def rtd_loss(self, h: torch.Tensor, edited: torch.Tensor, labels: torch.Tensor,
                  attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replaced-token detection conditioned on h; returns (loss, per-token accuracy on real tokens)."""
-        self._h = h
-        try:
-            hidden = self.discriminator(input_ids=edited, attention_mask=attention_mask).last_hidden_state
-        finally:
-            self._h = None
-        logits = self.rtd_head(hidden).float()
+        """Replaced-token detection conditioned on h; returns (loss, per-token accuracy on real tokens). The mean
+        covers padding too (official); the sum the real tokens (paper)."""
+        logits = self.rtd_head(self._discriminate(h, edited, attention_mask)).float()
         target = labels.long()
-        if self.rtd_reduction == "mean":
-            loss = F.cross_entropy(logits.flatten(0, 1), target.flatten())
-        else:
-            per_token = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none")
-            loss = (per_token * attention_mask.flatten()).sum()
+        per_token = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view_as(target)
         real = attention_mask == 1
+        loss = self._reduce(per_token, real if self.rtd_reduction == "sum" else torch.ones_like(real))
         accuracy = (logits.argmax(-1) == target)[real].float().mean()
         return loss, accuracy
+
+    def cmlm_loss(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Conditional MLM: the discriminator sees the masked sentence x' with h at position 0 and recovers the
+        original tokens at the selected positions (cross-entropy over the vocabulary); (loss, accuracy)."""
+        with torch.no_grad():
+            corrupted, selected = self._corrupt(input_ids)
+            selected &= attention_mask == 1
+        hidden = self._discriminate(h, corrupted, attention_mask)
+        logits = self.lm_head(hidden[selected], self.discriminator.get_input_embeddings().weight).float()
+        per_token = F.cross_entropy(logits, input_ids[selected], reduction="none")
+        loss = per_token.sum() if self.rtd_reduction == "sum" else per_token.mean()
+        return loss, (logits.argmax(-1) == input_ids[selected]).float().mean()
+
+    def corrective_loss(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Conditional corrective LM on the replaced sentence x'': every real token's original is recovered through
+        COCO-LM's copy mechanism (`corrective_lm_loss`); (loss, accuracy of the vocabulary head's argmax)."""
+        edited, _, _ = self.edit(input_ids, attention_mask, "replace")
+        real = attention_mask == 1
+        hidden = self._discriminate(h, edited, attention_mask)[real]
+        logits = self.lm_head(hidden, self.discriminator.get_input_embeddings().weight)
+        lm, copy_loss = corrective_lm_loss(logits, self.lm_head.copy(hidden).squeeze(-1), input_ids[real],
+                                           edited[real])
+        per_token = lm + COPY_WEIGHT * copy_loss
+        loss = per_token.sum() if self.rtd_reduction == "sum" else per_token.mean()
+        return loss, (logits.argmax(-1) == input_ids[real]).float().mean()
+
+    def _task_rows(self, batch: dict, h: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(ids, attention mask, h) of the sentences the task works on: the views' own sentences and/or the next
+        sentence of the corpus (the same next sentence for each view), each row with its view's h."""
+        n = batch["input_ids"].shape[0]
+        views = 2 if self.edit_views == "both" else 1
+        h = h.view(n, -1, h.shape[-1])[:, :views].flatten(0, 1)
+        rows = []
+        if self.target in ("same", "same+next"):
+            rows.append((batch["input_ids"][:, :views].flatten(0, 1), batch["attention_mask"][:, :views].flatten(0, 1), h))
+        if self.target in ("next", "same+next"):
+            if "next_input_ids" not in batch:
+                raise ValueError("target 'next' needs the next sentence of each sentence: train on an ordered corpus "
+                                 "(data=WikiText-103 or Licenses-ordered), whose loader yields (sentence, next) pairs")
+            rows.append(tuple(batch[k].repeat_interleave(views, 0) for k in ("next_input_ids", "next_attention_mask"))
+                        + (h,))
+        return rows
+
+    def _conditional_task(self, batch: dict, pooled: torch.Tensor, projected: torch.Tensor) -> dict:
+        h = projected if self.condition == "projector" else pooled
+        loss, accuracy, labelled = 0.0, [], []
+        for ids, mask, row_h in self._task_rows(batch, h):
+            if self.task == "rtd":
+                edited, labels, edited_mask = self.edit(ids, mask)
+                term, acc = self.rtd_loss(row_h, edited, labels, edited_mask)
+                labelled.append(labels.float()[edited_mask == 1].mean())
+            elif self.task == "cmlm":
+                term, acc = self.cmlm_loss(row_h, ids, mask)
+            else:
+                term, acc = self.corrective_loss(row_h, ids, mask)
+            loss, accuracy = loss + term, accuracy + [acc]
+        out = {self.task: loss.detach(), f"{self.task}_accuracy": torch.stack(accuracy).mean().detach()}
+        if labelled:
+            out["edited"] = torch.stack(labelled).mean()
+        return {"task_loss": loss, **out}
+
+    def _augmented_contrastive(self, batch: dict) -> torch.Tensor:
+        """Table 15: the first view's edited copy x'' as a third view, encoded like the others; an extra negative
+        (in the denominator, as supervised SimCSE's hard negative) or an extra positive (the mean of the InfoNCE
+        losses with x'' and with the second view as the positive)."""
+        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
+        edited, _, edited_mask = self.edit(ids, mask)
+        edited = edited.masked_fill(edited_mask == 0, self.pad_id)  # encoded as an ordinary sentence
+        length = max(batch["input_ids"].shape[-1], edited.shape[-1])
+
+        def widen(x, value):
+            return F.pad(x, (0, length - x.shape[-1]), value=value)
+
+        three = {"input_ids": torch.cat([widen(batch["input_ids"], self.pad_id), widen(edited, self.pad_id)[:, None]], 1),
+                 "attention_mask": torch.cat([widen(batch["attention_mask"], 0), widen(edited_mask, 0)[:, None]], 1)}
+        _, projected = self.encode_views(three)
+        z = projected.view(-1, 3, projected.shape[-1])
+        if self.task == "negative":
+            return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2])
+        return (info_nce(z[:, 0], z[:, 1], self.temp) + info_nce(z[:, 0], z[:, 2], self.temp)) / 2
 
     def forward(self, batch: dict) -> dict:
         views = batch["input_ids"].shape[1]
         if views != 2:
             raise ValueError(f"DiffCSE trains on two dropout views of unlabelled sentences; got {views} views")
+        if self.task in ("positive", "negative"):
+            loss = self._augmented_contrastive(batch)
+            return {"loss": loss, "contrastive": loss.detach()}
         pooled, projected = self.encode_views(batch)
-        contrastive = self.contrastive_loss(projected, views)
-        ids, mask = batch["input_ids"].flatten(0, 1), batch["attention_mask"].flatten(0, 1)
-        edited, labels = self.edit(ids, mask)  # each view masked independently, as the official collator
-        h = projected if self.condition == "projector" else pooled
-        rtd, accuracy = self.rtd_loss(h, edited, labels, mask)
-        return {"loss": contrastive + self.lam * rtd, "contrastive": contrastive.detach(), "rtd": rtd.detach(),
-                "rtd_accuracy": accuracy.detach(), "replaced": labels.float()[mask == 1].mean()}
+        out = self._conditional_task(batch, pooled, projected)
+        loss = self.lam * out.pop("task_loss")
+        if self.use_contrastive:
+            contrastive = self.contrastive_loss(projected, views)
+            loss, out["contrastive"] = loss + contrastive, contrastive.detach()
+        return {"loss": loss, **out}
+
+
+def needs_generator(task: str, edit: str) -> bool:
+    """The conditional MLM masks only; deletion deletes only; everything else fills tokens with the generator."""
+    return task != "cmlm" and edit != "delete"
+
+
+def check_ablation(task: str, edit: str, target: str, contrastive: bool) -> None:
+    """The combinations the paper's ablations define; others fail naming what to change."""
+    if task in ("cmlm", "corrective") and edit != "replace":
+        raise ValueError(f"task {task!r} recovers replaced/masked tokens: it needs edit='replace', got {edit!r}")
+    if task in ("positive", "negative") and (target != "same" or not contrastive):
+        raise ValueError(f"task {task!r} adds the edited sentence to SimCSE's loss: it needs target='same' and "
+                         "contrastive=True")

@@ -17,26 +17,47 @@ class SimCSE(nn.Module):
     method = "simcse"
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str = "mlp",
-                 temp: float = 0.05, hard_negative_weight: float = 0.0):
+                 temp: float = 0.05, hard_negative_weight: float = 0.0, keep_projector: bool = False):
         super().__init__()
         if temp <= 0:
             raise ValueError(f"temperature must be positive, got {temp}")
         self.encoder = encoder
         self.pooler = check_pooler(pooler)
         self.projector_kind = projector
-        self.projector = make_projector(projector, encoder.config.hidden_size)
+        self.projector = make_projector(projector, encoder.config.hidden_size,
+                                        getattr(encoder.config, "initializer_range", 0.02))
         self.temp = temp
         self.hard_negative_weight = hard_negative_weight
+        if keep_projector and not (projector == "mlp" and pooler == "cls_before_pooler"):
+            raise ValueError("keep_projector exports the MLP as the model's pooler layer: it needs projector='mlp' "
+                             "and pooler='cls_before_pooler'")
+        self.keep_projector = keep_projector
 
     @staticmethod
     def common_options(cfg) -> dict:
         """What every SimCSE-based objective takes from the training configuration."""
         return {"pooler": cfg.pooler, "projector": cfg.projector, "temp": cfg.temp,
-                "hard_negative_weight": cfg.hard_negative_weight}
+                "hard_negative_weight": cfg.hard_negative_weight, "keep_projector": cfg.keep_projector}
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "SimCSE":
         return cls(encoder, **cls.common_options(cfg))
+
+    def test_model(self) -> tuple[nn.Module, str]:
+        """(model, pooler) to evaluate and export: the bare encoder with the training pooler, or with
+        `keep_projector` (supervised SimCSE) a copy whose pooler layer is the MLP (BERT's and RoBERTa's pooler is the
+        same Linear + tanh on [CLS]), evaluated with pooler `cls`, as the official simcse_to_huggingface.py:21-23
+        renames `mlp` to `pooler`."""
+        if not self.keep_projector:
+            return self.encoder, self.test_pooler
+        model = type(self.encoder)(self.encoder.config, add_pooling_layer=True)
+        model.load_state_dict(self.encoder.state_dict(), strict=False)
+        model.pooler.dense.load_state_dict(self.projector[0].state_dict())
+        return model.to(self.encoder.device), self.test_pooler
+
+    @property
+    def test_pooler(self) -> str:
+        return "cls" if self.keep_projector else self.pooler
 
     def encode_views(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(pooled, projected), both (batch * views, hidden): all views in one encoder pass, so each row gets its

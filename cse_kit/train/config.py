@@ -1,14 +1,19 @@
-"""One training configuration: every knob of SimCSE, DiffCSE and SCD, with the official code's defaults (SCD: the
-paper's BERT recipe; its official recipes are presets)."""
+"""One training configuration: every knob of SimCSE, DiffCSE, SCD and ESimCSE, with the official code's defaults
+(SCD: the paper's BERT recipe, its official recipes are presets; ESimCSE: the paper's method, its official code a
+variant)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..data.registry import ORDERED_CORPORA
 from ..eval.encode import POOLERS
 from ..methods.contrastive import PROJECTORS
-from ..methods.diffcse import CHOICES, VARIANTS
+from ..methods.diffcse import ABLATIONS, CHOICES, VARIANTS, check_ablation
+from ..methods.esimcse import CHOICES as ESIMCSE_CHOICES
+from ..methods.esimcse import QUEUE_PER_BATCH
+from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
 from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
@@ -40,22 +45,47 @@ class TrainConfig:
     pooler: str = "cls_before_pooler"  # what the projector reads in training, and the exported model's pooler
     projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE; statistics of the global batch)
     # | batchnorm-per-process (each process's own rows: the official code on several GPUs)
+    # | none (official: any pooler but cls)
     hard_negative_weight: float = 0.0
+    # supervised SimCSE keeps its MLP at test time (official --pooler_type cls without --mlp_only_train): it is
+    # exported as the model's pooler layer and the model evaluated with pooler "cls"
+    keep_projector: bool = False
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
-    save_steps: int | None = None  # resumable checkpoint interval; default: eval_steps
+    save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
+    checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
+    keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
+    compile: bool = False  # torch.compile the encoder (CUDA: faster steps after a compile of about a minute)
     log_steps: int = 10
     data_dir: str | None = None
     # DiffCSE
     generator: str = "distilbert-base-uncased"
     mask_ratio: float = 0.30
     lam: float = 0.005
-    variant: str = "official-code"  # official-code | paper-text: the defaults of the four choices below
+    variant: str = "official-code"  # official-code | paper-text: the defaults of the seven choices below
     generator_output: str | None = None
     generator_dropout: bool | None = None
     rtd_reduction: str | None = None
     condition: str | None = None
+    edited_padding: str | None = None
+    edit_views: str | None = None
+    masking: str | None = None
+    # DiffCSE ablations (Tables 3, 4, 15; cse_kit.methods.diffcse.ABLATIONS)
+    task: str = "rtd"  # rtd | cmlm | corrective | positive | negative
+    edit: str = "replace"  # replace | insert | delete | all
+    target: str = "same"  # same | next | same+next (next needs an ordered corpus)
+    contrastive: bool = True  # False: λ·L_task only ("w/o contrastive loss")
+    # ESimCSE (defaults: the paper's method; esimcse_variant=official-code gives the official code's two choices)
+    dup_rate: float = 0.32  # maximal repetition rate (Table 9)
+    dup_level: str = "subword"  # subword (the method) | word (Table 5)
+    length_extension: str = "repetition"  # repetition | stopword | mask | masked_prediction | none (Tables 4-6)
+    momentum: float = 0.995  # EMA coefficient of the momentum encoder
+    queue_size: int | None = None  # momentum queue length M; None: 2.5 x batch_size; 0: no momentum encoder
+    esimcse_variant: str = "paper"  # paper | official-code: the defaults of the two choices below
+    dup_sampling: str | None = None  # paper (re-drawn each time, Eq. 3) | official (fixed per sentence)
+    momentum_init: str | None = None  # encoder (paper) | random (official code)
+    length_buckets: str | None = None  # Table 6: "b" (two buckets, length <= b and > b) | "3-8" (<=3, 4, ..., >=8)
     # SCD (defaults: the paper's BERT recipe, cse_kit.methods.scd.VARIANTS)
     scd_dropout_low: float = 0.05  # r_A at every dropout site of view A (official hidden_dropout_prob)
     scd_dropout_high: float = 0.15  # r_B of view B (official hidden_dropout_prob_noise)
@@ -95,12 +125,21 @@ class TrainConfig:
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        need(self.checkpoint_minutes > 0, "checkpoint_minutes must be > 0 (or set save_steps)")
         need(0 < self.mask_ratio < 1, f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         need(self.lam >= 0, f"lam (the RTD weight) must be >= 0, got {self.lam}")
         need(self.variant in VARIANTS, f"unknown DiffCSE variant {self.variant!r}; choose one of: {', '.join(VARIANTS)}")
-        for name, choices in CHOICES.items():
+        for name, choices in {**CHOICES, **ABLATIONS}.items():
             value = getattr(self, name)
             need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        check_ablation(self.task, self.edit, self.target, self.contrastive)
+        need(not self.keep_projector or (self.projector == "mlp" and self.pooler == "cls_before_pooler"),
+             "keep_projector exports SimCSE's MLP (Linear + tanh on [CLS]) as the model's pooler: it needs "
+             "projector='mlp' and pooler='cls_before_pooler' in training")
+        need(self.target == "same" or self.data in ORDERED_CORPORA,
+             f"target {self.target!r} needs the next sentence: train on an ordered corpus "
+             f"({', '.join(ORDERED_CORPORA)}), not {self.data!r}")
+        self._validate_esimcse(need)
         self._validate_scd(need)
 
     def _validate_scd(self, need) -> None:
@@ -116,13 +155,38 @@ class TrainConfig:
         need(self.method != "scd" or self.dropout is None, "SCD sets the dropout of each view itself: leave "
              "dropout unset and use scd_dropout_low / scd_dropout_high")
 
-    def diffcse_options(self) -> dict:
-        """The four paper-vs-code choices: explicit settings over the variant's defaults."""
-        out = dict(VARIANTS[self.variant])
+    def _validate_esimcse(self, need) -> None:
+        from .data import parse_length_buckets
+
+        need(0 <= self.dup_rate <= 1, f"dup_rate must be in [0, 1], got {self.dup_rate}")
+        need(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
+        need(self.queue_size is None or self.queue_size >= 0,
+             f"queue_size must be >= 0 (0: no momentum encoder) or unset (2.5 x batch_size), got {self.queue_size}")
+        need(self.esimcse_variant in ESIMCSE_VARIANTS, f"unknown esimcse_variant {self.esimcse_variant!r}; choose one "
+             f"of: {', '.join(ESIMCSE_VARIANTS)}")
+        for name, choices in ESIMCSE_CHOICES.items():
+            value = getattr(self, name)
+            need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        parse_length_buckets(self.length_buckets)
+
+    def esimcse_options(self) -> dict:
+        """The paper-vs-code choices of ESimCSE: explicit settings over the variant's defaults."""
+        out = dict(ESIMCSE_VARIANTS[self.esimcse_variant])
         for name in out:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
+
+    def esimcse_queue_size(self) -> int:
+        return round(QUEUE_PER_BATCH * self.batch_size) if self.queue_size is None else self.queue_size
+
+    def diffcse_options(self) -> dict:
+        """The paper-vs-code choices (explicit settings over the variant's defaults) and the ablation settings."""
+        out = dict(VARIANTS[self.variant])
+        for name in out:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return {**out, **{name: getattr(self, name) for name in (*ABLATIONS, "contrastive")}}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

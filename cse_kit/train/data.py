@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..data import DataError, load_corpus, load_nli_triplets, resolve_data_dir
-from ..data.registry import REGISTRY
+from ..data import DataError, load_corpus, load_nli_triplets, load_sentence_pairs, resolve_data_dir
+from ..data.registry import ORDERED_CORPORA, REGISTRY
 
 
 def _is_nli(source: str) -> bool:
@@ -18,12 +18,16 @@ def _is_nli(source: str) -> bool:
 
 
 def load_examples(source: str, data_dir=None, max_examples: int | None = None) -> list[tuple[str, ...]]:
-    """(sentence,) per corpus line, or (anchor, entailment, contradiction) per NLI row."""
+    """(sentence,) per corpus line, (sentence, next sentence) per consecutive pair of an ordered corpus, or
+    (anchor, entailment, contradiction) per NLI row."""
     is_file = source not in REGISTRY
     if is_file and not Path(source).is_file():
         raise FileNotFoundError(f"training data {source!r} is neither a registered dataset "
-                                f"({', '.join(n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')))}) nor a file")
-    if _is_nli(source):
+                                f"({', '.join(n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')) or n in ORDERED_CORPORA)})"
+                                " nor a file")
+    if source in ORDERED_CORPORA:
+        examples = load_sentence_pairs(source, data_dir)
+    elif _is_nli(source):
         rows = load_nli_triplets(path=source) if is_file else load_nli_triplets(data_dir=data_dir)
         examples = [(r.anchor, r.positive, r.negative) for r in rows]
     else:
@@ -57,35 +61,84 @@ def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, ca
                                           desc="tokenizing")
 
 
+def parse_length_buckets(spec: str | None) -> list[int] | None:
+    """ESimCSE Table 6: the largest length of each bucket but the last. "b" -> two buckets (<= b, > b);
+    "a-b" -> fine-grained buckets <= a, a+1, ..., >= b (the paper's "3~8": <=3, 4, 5, 6, 7, >=8)."""
+    if spec is None:
+        return None
+    low, sep, high = str(spec).partition("-")
+    if not (low.isdigit() and (not sep or (high.isdigit() and int(low) < int(high)))):
+        raise ValueError(f"length_buckets {spec!r}: write b (two buckets, length <= b and > b) or a-b with a < b "
+                         "(buckets <= a, a+1, ..., >= b)")
+    return [int(low)] if not sep else list(range(int(low), int(high)))
+
+
+def bucketed_order(lengths: torch.Tensor, bounds: list[int], batch_size: int, g: torch.Generator) -> torch.Tensor:
+    """Example order in which every block of batch_size examples comes from one length bucket: each bucket
+    shuffled, cut into full batches (its remainder dropped), and the batches of all buckets shuffled together."""
+    bucket = torch.bucketize(lengths, torch.tensor(bounds))
+    batches = []
+    for b in range(len(bounds) + 1):
+        members = torch.nonzero(bucket == b).flatten()
+        members = members[torch.randperm(len(members), generator=g)]
+        batches += list(members[:len(members) // batch_size * batch_size].split(batch_size))
+    order = torch.randperm(len(batches), generator=g)
+    return torch.cat([batches[i] for i in order.tolist()]) if batches else torch.zeros(0, dtype=torch.long)
+
+
 class Batches:
     """Global batch `step` of the run: a seeded permutation per epoch, incomplete last batch dropped, each
-    process taking its contiguous share. Unsupervised rows are duplicated into two views."""
+    process taking its contiguous share. Unsupervised rows are duplicated into two views; with `next_sentence` the
+    rows are (sentence, next sentence) pairs of an ordered corpus: the sentence gives the two views and the next
+    sentence comes as `next_input_ids` / `next_attention_mask`. `example_index` says which examples a batch holds.
+    `length_buckets` (ESimCSE Table 6) batches sentences of similar length: the length is the number of tokens
+    without the `special_tokens` the tokenizer adds ([CLS], [SEP])."""
 
-    def __init__(self, dataset, batch_size: int, seed: int, pad_id: int, rank: int = 0, world: int = 1):
+    def __init__(self, dataset, batch_size: int, seed: int, pad_id: int, rank: int = 0, world: int = 1,
+                 next_sentence: bool = False, length_buckets: str | None = None, special_tokens: int = 2):
         if batch_size % world:
             raise ValueError(f"batch_size {batch_size} must be divisible by the number of processes ({world})")
         if len(dataset) < batch_size:
             raise ValueError(f"only {len(dataset)} training examples for a batch of {batch_size}")
         self.dataset, self.batch_size, self.seed, self.pad_id = dataset, batch_size, seed, pad_id
-        self.rank, self.world = rank, world
+        self.rank, self.world, self.next_sentence = rank, world, next_sentence
         self.columns = sorted(c for c in dataset.column_names if c.startswith("ids"))
-        self.steps_per_epoch = len(dataset) // batch_size
+        self.bounds = parse_length_buckets(length_buckets)
+        self.lengths = None
+        if self.bounds is not None:
+            self.lengths = torch.tensor([len(ids) - special_tokens for ids in dataset[self.columns[0]]])
         self._order = (None, None)
+        self.steps_per_epoch = len(self.order(0)) // batch_size
+        if not self.steps_per_epoch:
+            raise ValueError(f"no length bucket {length_buckets!r} holds a full batch of {batch_size}")
 
     def order(self, epoch: int) -> torch.Tensor:
         if self._order[0] != epoch:
             g = torch.Generator().manual_seed(self.seed + epoch)
-            self._order = (epoch, torch.randperm(len(self.dataset), generator=g))
+            order = torch.randperm(len(self.dataset), generator=g) if self.bounds is None else \
+                bucketed_order(self.lengths, self.bounds, self.batch_size, g)
+            self._order = (epoch, order)
         return self._order[1]
 
     def __call__(self, step: int) -> dict:
         epoch, pos = divmod(step, self.steps_per_epoch)
         share = self.batch_size // self.world
         start = pos * self.batch_size + self.rank * share
-        rows = self.dataset[self.order(epoch)[start:start + share].tolist()]
-        views = [rows[c] for c in self.columns] * (2 if len(self.columns) == 1 else 1)
+        index = self.order(epoch)[start:start + share].tolist()
+        rows = self.dataset[index]
+        if self.next_sentence:
+            batch = self._pad([rows["ids0"]] * 2)
+            following = self._pad([rows["ids1"]])
+            batch.update(next_input_ids=following["input_ids"][:, 0],
+                         next_attention_mask=following["attention_mask"][:, 0])
+        else:
+            batch = self._pad([rows[c] for c in self.columns] * (2 if len(self.columns) == 1 else 1))
+        return {**batch, "example_index": torch.tensor(index)}
+
+    def _pad(self, views: list[list[list[int]]]) -> dict:
+        """(rows, views, length) ids and attention mask, right-padded to the longest row."""
         length = max(len(ids) for view in views for ids in view)
-        input_ids = torch.full((share, len(views), length), self.pad_id, dtype=torch.long)
+        input_ids = torch.full((len(views[0]), len(views), length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         for v, view in enumerate(views):
             for i, ids in enumerate(view):

@@ -11,13 +11,18 @@ from .config import TrainConfig, apply_overrides
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
 _DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant": "official-code"}
+# ESimCSE §4.2 and the official run.sh: batch 64, 1 epoch, momentum 0.995, STS-B dev every 125 steps, [CLS] + MLP in
+# training, cls_before_pooler at test; lr, dup_rate, queue and dropout per backbone as run.sh (the paper's 0.15 dropout
+# for large models: run.sh and the BERT-large training log use 0.1, the run behind the published 79.31)
+_ESIMCSE = {"method": "esimcse", "projector": "mlp", "pooler": "cls_before_pooler", "epochs": 1, "batch_size": 64,
+            "eval_steps": 125, "metric": "stsb_spearman", "momentum": 0.995, "esimcse_variant": "paper"}
 # SCD §3.1 and the README: batch 192, lr 3e-5, 1 epoch, [CLS] without the NSP pooler. The paper does not say how
 # checkpoints were selected; every SCD preset does as the README (SICK-R dev every 250 steps).
 _SCD = {"method": "scd", "lr": 3e-5, "batch_size": 192, "epochs": 1, "pooler": "cls_before_pooler",
         "metric": "sickr_spearman", "eval_steps": 250}
 
 #: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
-#: §2.3 (SCD: paper §3.1, the official README and issue #2).
+#: §2.3 (SCD: paper §3.1, the official README and issue #2), §2.4 and ESimCSE/run.sh.
 PRESETS = {
     "simcse-bert": ("bert", {**_SIMCSE, "lr": 3e-5, "batch_size": 64}),
     "simcse-roberta": ("roberta", {**_SIMCSE, "lr": 1e-5, "batch_size": 512}),
@@ -34,6 +39,12 @@ PRESETS = {
     "scd-roberta": ("roberta", {**_SCD, **SCD_VARIANTS["paper"]["roberta"]}),
     "scd-bert-official": ("bert", {**_SCD, **SCD_VARIANTS["official-code"]["bert"]}),
     "scd-bert-released": ("bert", {**_SCD, **SCD_VARIANTS["released-checkpoints"]["bert"]}),
+    "esimcse-bert": ("bert", {**_ESIMCSE, "lr": 3e-5, "dup_rate": 0.32, "queue_size": 160, "dropout": 0.1}),
+    "esimcse-bert-large": ("bert-large", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.32, "queue_size": 160,
+                                          "dropout": 0.1}),
+    "esimcse-roberta": ("roberta", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.30, "queue_size": 160, "dropout": 0.1}),
+    "esimcse-roberta-large": ("roberta-large", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.28, "queue_size": 128,
+                                                "dropout": 0.15}),
 }
 
 #: DiffCSE Table 6: generator name -> checkpoint on the paper profile (Turc et al. compact BERTs on the Hub).
@@ -51,22 +62,35 @@ class ProfileUnavailable(ValueError):
 
 PROFILES = {
     "paper": {"backbones": {"bert": ("bert-base-uncased", "distilbert-base-uncased"),
-                            "roberta": ("roberta-base", "distilroberta-base")},
+                            "roberta": ("roberta-base", "distilroberta-base"),
+                            "bert-large": ("bert-large-uncased", "distilbert-base-uncased"),
+                            "roberta-large": ("roberta-large", "distilroberta-base")},
               "settings": {"data": "Wiki1M"},
+              # DiffCSE's next-sentence variants need sentence order, which Wiki1M (a random sample) lacks:
+              # WikiText-103 is Wikipedia too (Wiki1M's domain), in article order
+              "ordered_data": "WikiText-103",
               "report": {"seeds": [42, 43, 44], "transfer_mode": "test"}},
     "cpu": {"backbones": {"bert": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-mlm")},
-            "unavailable": {"roberta": "no RoBERTa checkpoint is available offline; run it with --profile paper"},
+            "unavailable": {"roberta": "no RoBERTa checkpoint is available offline; run it with --profile paper",
+                            "bert-large": "no BERT-large checkpoint is available offline; run it with --profile paper",
+                            "roberta-large": "no RoBERTa-large checkpoint is available offline; run it with "
+                                             "--profile paper"},
             # sized so the whole cpu report (14 runs of 8 steps an epoch, and their evaluations, of which encoding the
             # 108k transfer sentences is the largest) fits in under two hours on a 2-core CPU
             "settings": {"data": "Wiki1M-sample", "max_examples": 512, "eval_steps": 8, "mixed_precision": "no"},
+            "ordered_data": "Licenses-ordered",
             "report": {"seeds": [42], "transfer_mode": "test"}},
-    "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm")},
+    # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
+    "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm"),
+                            "bert-large": ("smoke-bert", "smoke-bert-mlm"),
+                            "roberta-large": ("smoke-roberta", "smoke-roberta-mlm")},
               # STS-B dev selects here for every preset: transfer dev accuracy encodes 100k sentences, not seconds
               "settings": {"data": "Wiki1M-sample", "max_examples": 128, "batch_size": 16, "epochs": 1,
                            "eval_steps": 8, "log_steps": 2, "lr": 1e-4, "mixed_precision": "no",
                            "metric": "stsb_spearman",
                            # SCD's projector 512 wide instead of 4096: 4096² weights would make the tiny runs slow
                            "scd_projector": "512-512-512"},
+              "ordered_data": "Licenses-ordered",
               # SentEval's fast configuration keeps the smoke report within minutes
               "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
 }
@@ -99,6 +123,8 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
         values.update(overrides)
     elif overrides:
         values = apply_overrides(values, overrides)
+    if values.get("target", "same") != "same" and values["data"] == prof["settings"]["data"]:
+        values["data"] = prof["ordered_data"]  # the next-sentence variants train on the profile's ordered corpus
     if "generator" in values:
         values["generator"] = resolve_generator(values["generator"], profile)
     return TrainConfig(**values)
