@@ -39,9 +39,8 @@ class NoProjector(nn.Identity):
 
 #: "none": the pooled vector itself, as the official code trains with any pooler but `cls` (SimCSE
 #: simcse/models.py:92, DiffCSE diffcse/models.py:118 build the MLP only for `--pooler_type cls`)
-PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector,
-              "batchnorm-per-process": lambda hidden: BatchNormProjector(hidden, per_process=True),
-              "none": NoProjector}
+PROJECTORS = {"mlp": MLPProjector, "batchnorm": BatchNormProjector, "none": NoProjector,
+              "batchnorm-per-process": lambda hidden: BatchNormProjector(hidden, per_process=True)}
 
 
 def init_like_official(module: nn.Module, std: float = 0.02) -> nn.Module:

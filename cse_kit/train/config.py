@@ -44,8 +44,8 @@ class TrainConfig:
     dropout: float | None = None  # the encoder's hidden and attention dropout; None keeps the checkpoint's (0.1)
     pooler: str = "cls_before_pooler"  # what the projector reads in training, and the exported model's pooler
     projector: str = "mlp"  # mlp (SimCSE: Linear + tanh) | batchnorm (DiffCSE; statistics of the global batch)
-    # | batchnorm-per-process (each process's own rows: the official code on several GPUs) | none (official: any
-    # pooler but cls)
+    # | batchnorm-per-process (each process's own rows: the official code on several GPUs)
+    # | none (official: any pooler but cls)
     hard_negative_weight: float = 0.0
     # supervised SimCSE keeps its MLP at test time (official --pooler_type cls without --mlp_only_train): it is
     # exported as the model's pooler layer and the model evaluated with pooler "cls"
