@@ -12,8 +12,8 @@ import torch
 
 from .data import load_corpus
 from .io import atomic_dir, write_json_atomic
-from .methods.diffcse import mlm_corrupt, special_token_ids
-from .models import load_model, quiet_transformers
+from .masking import mlm_corrupt, special_token_ids
+from .models import FITTED_MLM, fitted_mlm_dir, load_model, quiet_transformers
 
 #: What the first-use fit of all-MiniLM-L6-v2-mlm cost on the 2-core CPU this kit is developed on (300 steps and two
 #: accuracy passes over 1,000 held-out sentences): 13 CPU-minutes, 35 min of wall time while the machine was shared.
@@ -111,8 +111,6 @@ def make_on_first_use(name: str, output_dir: Path, data_dir=None) -> None:
     processes asking at once fit it once (the others wait, then find it)."""
     from filelock import FileLock
 
-    from .models import FITTED_MLM
-
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(output_dir.parent / f".{name}.lock"):
         if (output_dir / "config.json").is_file():
@@ -120,3 +118,21 @@ def make_on_first_use(name: str, output_dir: Path, data_dir=None) -> None:
         print(f"{name}: not made on this machine yet; fitting it now (once, then cached in {output_dir}; "
               f"{FIRST_USE_COST})", file=sys.stderr)
         fit_mlm_head(FITTED_MLM[name], output_dir, data_dir=data_dir)
+
+
+def load_generator(ref: str, data_dir=None):
+    """A masked LM for DiffCSE's generator (or ESimCSE's masked prediction). A FITTED_MLM name (the cpu profile's
+    all-MiniLM-L6-v2-mlm) is fitted on first use, then cached."""
+    from transformers import AutoModelForMaskedLM
+
+    from .data import DataError
+    from .models import ModelNotFoundError
+
+    if ref in FITTED_MLM:
+        try:
+            make_on_first_use(ref, fitted_mlm_dir(ref, data_dir), data_dir)
+        except DataError as e:
+            raise ModelNotFoundError(f"{ref} is made on first use by `cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
+                                     + (f" --data-dir {data_dir}" if data_dir is not None else "")
+                                     + f"`, which fits it on the Wiki1M sample, but: {e}") from None
+    return load_model(ref, model_class=AutoModelForMaskedLM, data_dir=data_dir)[1]

@@ -56,19 +56,6 @@ def fitted_mlm_dir(name: str, data_dir=None) -> Path:
     return resolve_data_dir(data_dir) / "models" / name
 
 
-def _make_fitted_mlm(ref: str, path: Path, data_dir) -> None:
-    """Made on first use (cse_kit.mlm_head.make_on_first_use); the text it is fitted on must be there."""
-    from .data import DataError
-    from .mlm_head import make_on_first_use
-
-    try:
-        make_on_first_use(ref, path, data_dir)
-    except DataError as e:
-        raise ModelNotFoundError(f"{ref} is made on first use by `cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
-                                 + (f" --data-dir {data_dir}" if data_dir is not None else "")
-                                 + f"`, which fits it on the Wiki1M sample, but: {e}") from None
-
-
 def build_smoke_model(name: str, *, model_class=None, seed: int = 0, **kwargs):
     """(tokenizer, model) of a tiny random BERT; the same weights on every call."""
     import torch
@@ -107,8 +94,10 @@ def resolve_reference(ref: str, data_dir=None) -> str:
                                  "give an existing model directory, a short name or a Hub id")
     if ref in FITTED_MLM:
         path = fitted_mlm_dir(ref, data_dir)
-        if not (path / "config.json").is_file():
-            _make_fitted_mlm(ref, path, data_dir)
+        if not (path / "config.json").is_file():  # training makes it on first use (cse_kit.mlm_head.load_generator)
+            raise ModelNotFoundError(f"{ref} is not made yet: `cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
+                                     + (f" --data-dir {data_dir}" if data_dir is not None else "")
+                                     + "` makes it (training a DiffCSE preset on the cpu profile does so by itself)")
         return str(path)
     packaged = _packaged_copy(ref)
     if packaged is not None:

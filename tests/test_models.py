@@ -34,13 +34,14 @@ def test_uncached_hub_id_offline_names_the_fix():
 
 
 def test_fitted_mlm_head_is_made_on_first_use_then_found_in_the_given_data_dir(tmp_path, data_dir, monkeypatch):
-    from transformers import AutoModelForMaskedLM
-
     from cse_kit import mlm_head
 
+    with pytest.raises(ModelNotFoundError, match=f"fit-mlm-head --model all-MiniLM-L6-v2 --data-dir {tmp_path}` "
+                                                 "makes it"):
+        resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path)  # resolving a name never trains
     with pytest.raises(ModelNotFoundError, match=f"fit-mlm-head --model all-MiniLM-L6-v2 --data-dir {tmp_path}`.*"
                                                  "Wiki1M-sample"):
-        resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path)  # no text to fit it on
+        mlm_head.load_generator("all-MiniLM-L6-v2-mlm", tmp_path)  # no text to fit it on
     (tmp_path / "training").symlink_to(data_dir / "training")
     real_fit, fits = mlm_head.fit_mlm_head, []
 
@@ -50,7 +51,7 @@ def test_fitted_mlm_head_is_made_on_first_use_then_found_in_the_given_data_dir(t
 
     monkeypatch.setattr(mlm_head, "fit_mlm_head", short_fit)
     made = tmp_path / "models" / "all-MiniLM-L6-v2-mlm"
-    tokenizer, mlm = load_model("all-MiniLM-L6-v2-mlm", model_class=AutoModelForMaskedLM, data_dir=tmp_path)
+    mlm = mlm_head.load_generator("all-MiniLM-L6-v2-mlm", tmp_path)
     assert fits == [("all-MiniLM-L6-v2", made)] and (made / "mlm_head.json").is_file()
     assert type(mlm).__name__ == "BertForMaskedLM"
     assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made) and len(fits) == 1  # cached

@@ -2,7 +2,8 @@
 discriminator, heads); `.encoder` is the plain Hugging Face model that gets exported."""
 
 from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
-from .diffcse import DiffCSE, mlm_corrupt
+from ..masking import mlm_corrupt
+from .diffcse import DiffCSE
 from .esimcse import ESimCSE
 from .scd import SCD
 from .simcse import SimCSE

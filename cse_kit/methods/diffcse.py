@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..masking import mlm_corrupt, special_token_ids
 from .contrastive import info_nce, init_like_official
 from .edits import delete_tokens, insert_masks, pad_rows, unpad
 from .simcse import SimCSE
@@ -65,29 +66,6 @@ ABLATIONS = {
                "next": "the task edits the next sentence of the corpus, conditioned on h of the sentence",
                "same+next": "both, their losses summed"},
 }
-
-def special_token_ids(tokenizer) -> torch.Tensor:
-    """Ids MLM corruption never selects ([CLS], [SEP], [PAD], ...)."""
-    return torch.tensor(sorted(set(tokenizer.all_special_ids)))
-
-
-def mlm_corrupt(input_ids: torch.Tensor, special: torch.Tensor, ratio: float, mask_id: int, vocab_size: int,
-                generator: torch.Generator | None = None, bert: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """MLM corruption as the official collator: each non-special token is selected with probability `ratio`; of
-    those 80% become [MASK], 10% a random token, 10% stay (`bert=False`: all become [MASK]).
-    Returns (corrupted ids, selected)."""
-    def coin(p, like):
-        return torch.rand(like.shape, device=like.device, generator=generator) < p
-
-    selected = coin(ratio, input_ids) & ~special
-    if not bert:
-        return input_ids.masked_fill(selected, mask_id), selected
-    masked = selected & coin(0.8, input_ids)
-    randomized = selected & ~masked & coin(0.5, input_ids)
-    out = input_ids.masked_fill(masked, mask_id)
-    random_ids = torch.randint(vocab_size, input_ids.shape, device=input_ids.device, generator=generator)
-    return torch.where(randomized, random_ids, out), selected
-
 
 class ConditionalLMHead(nn.Module):
     """BERT's MLM head on the discriminator: a transform (Linear, GELU, LayerNorm) and the discriminator's word
@@ -198,14 +176,12 @@ class DiffCSE(SimCSE):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffCSE":
-        from transformers import AutoModelForMaskedLM
-
-        from ..models import load_model
+        from ..mlm_head import load_generator
 
         options = cfg.diffcse_options()
         generator = None
         if needs_generator(options["task"], options["edit"]):
-            _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
+            generator = load_generator(cfg.generator, cfg.data_dir)
         return cls(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **options,
                    **cls.common_options(cfg))
 

@@ -219,11 +219,9 @@ class ESimCSE(SimCSE):
     def from_config(cls, cfg, tokenizer, encoder) -> "ESimCSE":
         generator = None
         if cfg.length_extension == "masked_prediction":
-            from transformers import AutoModelForMaskedLM
+            from ..mlm_head import load_generator
 
-            from ..models import load_model
-
-            _, generator = load_model(cfg.generator, model_class=AutoModelForMaskedLM, data_dir=cfg.data_dir)
+            generator = load_generator(cfg.generator, cfg.data_dir)
         limit = encoder.config.max_position_embeddings - (2 if encoder.config.model_type == "roberta" else 0)
         return cls(encoder, tokenizer, dup_rate=cfg.dup_rate, dup_level=cfg.dup_level,
                    length_extension=cfg.length_extension, momentum=cfg.momentum, queue_size=cfg.esimcse_queue_size(),
