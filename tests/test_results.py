@@ -95,7 +95,7 @@ def test_compare_mean_std_and_difference():
     assert out.loc["0.005", "diff"] == pytest.approx(-3.56)
     assert out.loc["0.1", "n"] == 0 and out.loc["0.1", "reason"] == "why" and math.isnan(out.loc["0.1", "mean"])
     shown = ex.show(out.reset_index(), "Table 8")._repr_html_()
-    assert "84.56</span> | <b>81.00 ± 1.41</b> | <span class='delta' style='color:#cf222e'>-3.56" in shown
+    assert "84.56</span><br><b>81.00 ± 1.41</b><br><span class='delta' style='color:#cf222e'>-3.56" in shown
 
 
 def test_parameter_count_formula_equals_a_real_diffcse(data_dir):
@@ -181,7 +181,7 @@ def fake_sts_dev(monkeypatch):
         return {"STSBenchmark": {"dev": {"spearman": 40.72}}}
 
     monkeypatch.setitem(results.EVALUATIONS, "sts_dev", evaluation)
-    monkeypatch.setattr(ResultStore, "_encoder", lambda self, record: None)
+    monkeypatch.setattr(ResultStore, "encoder", lambda self, record: None)
     return calls
 
 
@@ -226,7 +226,7 @@ def test_several_processes_share_one_computation(data_dir, tmp_path, monkeypatch
         return {"STSBenchmark": {"dev": {"spearman": 12.5}}}
 
     monkeypatch.setitem(results.EVALUATIONS, "sts_dev", slow_evaluation)
-    monkeypatch.setattr(ResultStore, "_encoder", lambda self, record: None)
+    monkeypatch.setattr(ResultStore, "encoder", lambda self, record: None)
     with multiprocessing.get_context("fork").Pool(4) as pool:
         got = pool.map(_get_in_process, [(tmp_path, data_dir, None)] * 4)
     assert got == [12.5] * 4
