@@ -13,7 +13,7 @@ import torch
 from .data import load_corpus
 from .io import atomic_dir, write_json_atomic
 from .masking import mlm_corrupt, special_token_ids
-from .models import FITTED_MLM, fitted_mlm_dir, load_model, quiet_transformers
+from .models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
 
 #: What the first-use fit of all-MiniLM-L6-v2-mlm cost on the 2-core CPU this kit is developed on (300 steps and two
 #: accuracy passes over 1,000 held-out sentences): 13 CPU-minutes, 35 min of wall time while the machine was shared.
@@ -132,7 +132,6 @@ def load_generator(ref: str, data_dir=None):
         try:
             make_on_first_use(ref, fitted_mlm_dir(ref, data_dir), data_dir)
         except DataError as e:
-            raise ModelNotFoundError(f"{ref} is made on first use by `cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
-                                     + (f" --data-dir {data_dir}" if data_dir is not None else "")
-                                     + f"`, which fits it on the Wiki1M sample, but: {e}") from None
+            raise ModelNotFoundError(f"{ref} is made on first use by `{fit_mlm_command(ref, data_dir)}`, which fits "
+                                     f"it on the Wiki1M sample, but: {e}") from None
     return load_model(ref, model_class=AutoModelForMaskedLM, data_dir=data_dir)[1]

@@ -50,6 +50,12 @@ def _packaged_copy(name: str) -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+def fit_mlm_command(name: str, data_dir=None) -> str:
+    """The command that makes the fitted MLM head `name` (a key of FITTED_MLM)."""
+    return f"cse-kit fit-mlm-head --model {FITTED_MLM[name]}" + (f" --data-dir {data_dir}" if data_dir is not None
+                                                                  else "")
+
+
 def fitted_mlm_dir(name: str, data_dir=None) -> Path:
     from .data import resolve_data_dir
 
@@ -95,9 +101,8 @@ def resolve_reference(ref: str, data_dir=None) -> str:
     if ref in FITTED_MLM:
         path = fitted_mlm_dir(ref, data_dir)
         if not (path / "config.json").is_file():  # training makes it on first use (cse_kit.mlm_head.load_generator)
-            raise ModelNotFoundError(f"{ref} is not made yet: `cse-kit fit-mlm-head --model {FITTED_MLM[ref]}"
-                                     + (f" --data-dir {data_dir}" if data_dir is not None else "")
-                                     + "` makes it (training a DiffCSE preset on the cpu profile does so by itself)")
+            raise ModelNotFoundError(f"{ref} is not made yet: `{fit_mlm_command(ref, data_dir)}` makes it (training a "
+                                     "DiffCSE preset on the cpu profile does so by itself)")
         return str(path)
     packaged = _packaged_copy(ref)
     if packaged is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from filelock import Timeout
 
 from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
+from .data.loaders import md5_file
 from .environment import describe
 from .io import write_json_atomic
 from .train.config import TrainConfig
@@ -76,8 +77,6 @@ def data_fingerprint(data_dir: str | None = None) -> str:
     under the clean key)."""
     if not allow_unverified():
         return data_checksums()
-    from .data.loaders import md5_file
-
     root = resolve_data_dir(data_dir)
     digest = hashlib.sha256()
     for ds in REGISTRY.values():
@@ -85,12 +84,6 @@ def data_fingerprint(data_dir: str | None = None) -> str:
             if path.is_file():
                 digest.update(f"{path.relative_to(root)} {md5_file(path)}\n".encode())
     return f"{data_checksums()}+unverified-{digest.hexdigest()[:16]}"
-
-
-def _file_md5(path: str) -> str:
-    from .data.loaders import md5_file
-
-    return md5_file(Path(path))
 
 
 def git_commit() -> str | None:
@@ -111,7 +104,7 @@ def record_key(subject: TrainConfig | Pretrained, data_dir=None) -> str:
     what = {"subject": subject_dict(subject), "code": code_version(),
             "data": data_fingerprint(None if data_dir is None else str(data_dir))}
     if isinstance(subject, TrainConfig) and subject.data not in REGISTRY:  # a file of the user's: its content
-        what["training_file_md5"] = _file_md5(subject.data)
+        what["training_file_md5"] = md5_file(Path(subject.data))
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
 

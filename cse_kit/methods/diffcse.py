@@ -191,9 +191,6 @@ class DiffCSE(SimCSE):
             return output
         return torch.cat([self._h.unsqueeze(1).to(output.dtype), output[:, 1:]], dim=1)
 
-    def _generator_head_input(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return generator_head_input(self.generator, ids, attention_mask)
-
     def _generator_choices(self, hidden: torch.Tensor) -> torch.Tensor:
         """The generator's token at each row of `hidden` (rows, dim): argmax or a sample of its distribution.
         Chunked: the vocabulary-sized projection is the generator's largest cost, and a full
@@ -215,7 +212,7 @@ class DiffCSE(SimCSE):
 
     def _replace(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         corrupted, selected = self._corrupt(input_ids)
-        hidden = self._generator_head_input(corrupted, attention_mask)
+        hidden = generator_head_input(self.generator, corrupted, attention_mask)
         # the generator's choice matters only where it can enter x'': every real token after [CLS] (argmax, the
         # official code) or the corrupted tokens (sampling); position 0 is [CLS] and padding stays padding
         if self.generator_output == "argmax":
@@ -232,7 +229,7 @@ class DiffCSE(SimCSE):
         rows = [insert_masks(r, self.mask_ratio, self.mask_id) for r in unpad(input_ids, attention_mask)]
         ids, inserted, mask = pad_rows(*zip(*rows), self.pad_id, input_ids.device)
         if inserted.any():  # the generator fills the inserted [MASK]s (argmax or a sample)
-            hidden = self._generator_head_input(ids, mask)
+            hidden = generator_head_input(self.generator, ids, mask)
             ids[inserted] = self._generator_choices(hidden[inserted])
         return ids, inserted, mask
 
