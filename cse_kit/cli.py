@@ -67,13 +67,15 @@ def cmd_eval(args) -> int:
     from .eval import Encoder, evaluate, format_tables, parse_tasks
     from .io import write_json_atomic
     from .models import load_model, resolve_reference
+    from .train.export import template_of
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
     pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                      max_length=args.max_length, device=args.device, amp=args.amp)
+                      max_length=args.max_length, device=args.device, amp=args.amp,
+                      template=args.template or template_of(args.model))
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
@@ -211,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooler", choices=list(POOLERS),
                    help="how a sentence vector is read off the model (recorded with every result); default: the "
                         "pooler in a kit-trained model's cse_kit.json")
+    p.add_argument("--template", help="the prompt poolers' template, *sent0* for the sentence and *mask* for the mask "
+                                      "token; default: the model's cse_kit.json, else PromptBERT's "
+                                      "'This sentence of \"*sent0*\" means*mask*.'")
     p.add_argument("--tasks", default="sts", help="sts, transfer, all, or comma-separated names (default sts)")
     p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
                    help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "

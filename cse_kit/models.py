@@ -149,6 +149,10 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
             "a local directory"
             f"{package}.") from None
     _NEWLY_INITIALIZED[model] = frozenset(info["missing_keys"])
+    if local:  # a DiffAug model: the encoder and the prefix table its every layer attends
+        from .prefix import PrefixedEncoder
+
+        model = PrefixedEncoder.attach(resolved, model)
     unexpected_missing = sorted(k for k in info["missing_keys"] if not k.startswith("pooler."))
     if unexpected_missing:
         warnings.warn(f"{ref}: {len(unexpected_missing)} weights are not in the checkpoint and start random "

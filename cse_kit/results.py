@@ -27,6 +27,7 @@ from filelock import Timeout
 
 from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
 from .data.loaders import md5_file
+from .data.registry import SNLI_TRIPLETS
 from .environment import describe
 from .io import write_json_atomic
 from .train.config import TrainConfig
@@ -103,7 +104,7 @@ def subject_dict(subject: TrainConfig | Pretrained) -> dict:
 def record_key(subject: TrainConfig | Pretrained, data_dir=None) -> str:
     what = {"subject": subject_dict(subject), "code": code_version(),
             "data": data_fingerprint(None if data_dir is None else str(data_dir))}
-    if isinstance(subject, TrainConfig) and subject.data not in REGISTRY:  # a file of the user's: its content
+    if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, SNLI_TRIPLETS):  # a user's file: content
         what["training_file_md5"] = md5_file(Path(subject.data))
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -277,13 +278,15 @@ class ResultStore:
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from .eval.encode import Encoder
+        from .train.export import template_of
         from .train.loop import load_encoder
 
         if record["subject"]["kind"] == "trained" and not Path(record["model_dir"]).is_dir():
             raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({record['model_dir']}); "
                                     "rerun with force=True to retrain it")
         tokenizer, model = load_encoder(record["model_dir"])
-        return Encoder(model, tokenizer, record["pooler"], progress=self.progress)
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress,
+                       template=template_of(record["model_dir"]))
 
 
 def _sts(mode: str):

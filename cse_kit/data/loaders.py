@@ -346,6 +346,28 @@ def snli_triplets(split: str, data_dir=None) -> list[NliTriplet]:
     return [NliTriplet(p, h[0], h[2]) for p, h in by_premise.items() if 0 in h and 2 in h]
 
 
+#: Where SNLI dev/test come from offline: SentEval's downstream archive of ../shared/data.
+DOWNSTREAM_ARCHIVE = "../shared/data/senteval/senteval_downstream.tar.gz"
+
+
+def load_snli_triplets(data_dir=None) -> list[NliTriplet]:
+    """Training source "SNLI-triplets", the offline stand-in for SimCSE's nli_for_simcse.csv (which needs the Hub):
+    `snli_triplets` of SNLI dev, then of SNLI test. Rule, per split in file order: each premise (s1, by its
+    normalized text, in order of first appearance) that has at least one entailment and one contradiction
+    hypothesis gives one triplet (premise, its first entailment hypothesis, its first contradiction hypothesis);
+    premises lacking either are skipped. A premise in both splits gives one triplet per split. 5,864 triplets
+    (2,943 dev + 2,921 test) from the SentEval copy."""
+    ds = spec("SNLI")
+    try:
+        return [t for split in ds.counts for t in snli_triplets(split, data_dir)]
+    except MissingDatasetError as e:
+        where = "" if data_dir is None else f" --data-dir {e.root}"
+        fix = (f"Fix: `cse-kit data import {DOWNSTREAM_ARCHIVE}{where}` (offline) or `cse-kit data download SNLI` "
+               "(needs internet).")
+        raise MissingDatasetError(f"SNLI-triplets are built from SNLI dev/test, but {str(e).removesuffix(e.fix)}"
+                                  f"{fix}", dataset=e.dataset, root=e.root, fix=fix) from None
+
+
 def load_corpus(name: str = "Wiki1M", data_dir=None, path: str | os.PathLike | None = None) -> list[str]:
     """One training sentence per line (raw text, not normalized: training tokenizes it as is)."""
     file = Path(path) if path is not None else dataset_root(spec(name), data_dir) / spec(name).files[0]

@@ -185,6 +185,9 @@ _DATASETS = [
 ]
 
 REGISTRY: dict[str, DatasetSpec] = {d.name: d for d in _DATASETS}
+#: a training source built from registered data, not a dataset of its own: NLI triplets from SNLI dev/test
+#: (loaders.load_snli_triplets), the offline stand-in for NLI
+SNLI_TRIPLETS = "SNLI-triplets"
 ORDERED_CORPORA = tuple(d.name for d in _DATASETS if d.kind == "ordered")
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")

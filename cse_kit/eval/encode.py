@@ -8,6 +8,8 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
+
 #: name -> what it reads off the model. The pooler is part of every result; it is never guessed.
 POOLERS = {
     "cls": "[CLS] through the model's pooler (pooler_output: BERT's NSP pooler, or a SimCSE MLP after conversion)",
@@ -18,7 +20,12 @@ POOLERS = {
                       "SimCSE's evaluation.py since 2022-01",
     "avg_emb_last": "mean over tokens of (embedding output + last layer) / 2: hidden_states[0], what DiffCSE, SCD "
                     "and ESimCSE's evaluation.py call avg_first_last",
+    "prompt_mask": "last layer at [MASK] of a prompt template (PromptBERT; DiffAug at test time), default template "
+                   "'This sentence of \"[X]\" means [MASK] .'",
+    "prompt_mask_denoised": "prompt_mask minus the [MASK] state of the empty template at the sentence's positions "
+                            "(PromptBERT's template denoising)",
 }
+PROMPT_POOLERS = ("prompt_mask", "prompt_mask_denoised")
 
 
 def check_pooler(pooler: str) -> str:
@@ -32,8 +39,12 @@ def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * m).sum(1) / m.sum(1)
 
 
-def pool(outputs, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
-    """The SimCSE-family poolers on a transformers model output (with hidden states where needed)."""
+def pool(outputs, attention_mask: torch.Tensor, pooler: str, input_ids: torch.Tensor | None = None,
+         mask_token_id: int | None = None) -> torch.Tensor:
+    """The SimCSE-family poolers on a transformers model output (with hidden states where needed); the prompt
+    poolers read the [MASK] state, so they need the input ids and the mask token's id (denoising is the Encoder's)."""
+    if pooler in PROMPT_POOLERS:
+        return mask_states(outputs.last_hidden_state, input_ids, mask_token_id)
     if pooler == "cls":
         if getattr(outputs, "pooler_output", None) is None:
             raise ValueError("pooler 'cls' needs the model's pooler layer, and this model has none "
@@ -85,7 +96,7 @@ class Encoder:
 
     def __init__(self, model, tokenizer, pooler: str, *, batch_size: int = 128, max_tokens: int | None = None,
                  max_length: int | None = None, device: str | torch.device | None = None, amp: bool = False,
-                 progress: bool = True):
+                 progress: bool = True, template: str | None = None):
         from ..models import newly_initialized
 
         self.pooler = check_pooler(pooler)
@@ -103,6 +114,9 @@ class Encoder:
         self.max_length = max_length
         self.amp = amp
         self.progress = progress
+        # the prompt poolers fill each sentence into the template as text, as DiffAug's evaluation.py:79-87
+        self.template = Template(tokenizer, template or PROMPTBERT_BERT) if pooler in PROMPT_POOLERS else None
+        self._deltas: dict[int, torch.Tensor] = {}  # empty-template [MASK] state by sentence length
         self.seconds = 0.0  # time spent encoding (tokenization included)
         self._cache: dict[str, np.ndarray] = {}
 
@@ -112,6 +126,21 @@ class Encoder:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._deltas.clear()
+
+    def _denoise(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Minus the empty template's [MASK] state at each sentence's length (positions after the model's prefix,
+        if it has one), computed once per length."""
+        lengths = sentence_lengths(attention_mask, self.template)
+        missing = sorted(set(lengths.tolist()) - set(self._deltas))
+        if missing:
+            ids, positions = self.template.denoising_inputs(torch.tensor(missing, device=pooled.device),
+                                                            offset=getattr(self.model, "prefix_length", 0))
+            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions,
+                             return_dict=True)
+            for n, row in zip(missing, mask_states(out.last_hidden_state, ids, self.template.mask_token_id)):
+                self._deltas[n] = row
+        return pooled - torch.stack([self._deltas[n] for n in lengths.tolist()])
 
     def _autocast(self):
         if not self.amp or self.device.type != "cuda":
@@ -123,10 +152,11 @@ class Encoder:
         from tqdm import tqdm
 
         start = time.perf_counter()
-        ids = self.tokenizer(sentences, add_special_tokens=True, truncation=self.max_length is not None,
+        texts = [self.template.wrap_text(s) for s in sentences] if self.template else sentences
+        ids = self.tokenizer(texts, add_special_tokens=True, truncation=self.max_length is not None,
                              max_length=self.max_length)["input_ids"]
         batches = length_batches(np.array([len(x) for x in ids]), self.batch_size, self.max_tokens)
-        need_hidden = self.pooler not in ("cls", "cls_before_pooler", "avg")
+        need_hidden = self.pooler not in ("cls", "cls_before_pooler", "avg", *PROMPT_POOLERS)
         cuda = self.device.type == "cuda"
         pooled = []  # kept on the device and copied once at the end: no host sync per batch
         with torch.inference_mode(), self._autocast(), tqdm(total=len(sentences), unit="sent", desc="encoding",
@@ -138,7 +168,10 @@ class Encoder:
                 batch = {"input_ids": input_ids.to(self.device, non_blocking=True),
                          "attention_mask": mask.to(self.device, non_blocking=True)}
                 out = self.model(**batch, output_hidden_states=need_hidden, return_dict=True)
-                pooled.append(pool(out, batch["attention_mask"], self.pooler).float())
+                vectors = pool(out, batch["attention_mask"], self.pooler, batch["input_ids"], self.tokenizer.mask_token_id)
+                if self.pooler == "prompt_mask_denoised":
+                    vectors = self._denoise(vectors, batch["attention_mask"])
+                pooled.append(vectors.float())
                 bar.update(len(chunk))
         embeddings = torch.cat(pooled).cpu().numpy()
         for j, row in zip(np.concatenate(batches), embeddings):

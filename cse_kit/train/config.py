@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from ..data.registry import ORDERED_CORPORA
 from ..eval.encode import POOLERS
 from ..methods.contrastive import PROJECTORS
+from ..methods.diffaug import CHOICES as DIFFAUG_CHOICES
+from ..methods.diffaug import VARIANTS as DIFFAUG_VARIANTS
 from ..methods.diffcse import ABLATIONS, CHOICES, VARIANTS, check_ablation
 from ..methods.esimcse import CHOICES as ESIMCSE_CHOICES
 from ..methods.esimcse import QUEUE_PER_BATCH
@@ -96,6 +98,23 @@ class TrainConfig:
     scd_temp: float = 1.0  # L_S averages cos / scd_temp: 1 in the paper, 0.05 in the official code
     scd_reduction: str = "mean"  # mean | sum of L_S over the batch (sum: the released checkpoints)
     scd_projector: str = "4096-4096-4096"  # widths of the projector's three layers (official --projector)
+    # prompt-based representation (PromptBERT's template; pooler prompt_mask): the sentence's sub-words, truncated
+    # to max_seq_length, are wrapped in it before training
+    template: str | None = None
+    # DiffAug (defaults: the paper; diffaug_variant=official-code gives the official code's choices)
+    prefix_len: int = 8  # l: positions of each of the two prefixes (the official --prefix_len is 2l)
+    stage1_steps: int = 0  # stage 1 (prefix-tuning on NLI, encoder frozen) before the contrastive stage
+    stage1_lr: float = 1e-3  # its learning rate (official --sup_learning_rate)
+    aux_weight: float = 0.0  # α of the auxiliary NLI cross-entropy in stage 2 (0: none)
+    denoise: bool = True  # template denoising in stage 2 (official --apply_template_delta_train)
+    nli_data: str | None = None  # NLI triplets for stage 1 and the auxiliary loss (NLI; SNLI-triplets offline)
+    nli_batch_size: int = 128  # global NLI triplets per stage-1 step and per auxiliary batch
+    nli_fraction: float = 1.0  # train on this fraction of the NLI triplets (Tables 2, 7: 0.01, 0.1)
+    nli_subset: int = 0  # seed of the fraction's random subset (the paper draws five)
+    gradient_accumulation: int = 1  # stage-2 batches per optimizer step, each its own loss (the official sup script)
+    diffaug_variant: str = "paper"  # paper | official-code: the defaults of the two choices below
+    denoise_offset: str | None = None  # sentence (paper) | sentence+prefix (official code)
+    stage1_clip: str | None = None  # trained (paper) | all (official code)
     # provenance
     preset: str | None = None
     profile: str | None = None
@@ -141,6 +160,35 @@ class TrainConfig:
              f"({', '.join(ORDERED_CORPORA)}), not {self.data!r}")
         self._validate_esimcse(need)
         self._validate_scd(need)
+        self._validate_diffaug(need)
+
+    def _validate_diffaug(self, need) -> None:
+        need(self.max_seq_length >= 1, f"max_seq_length must be >= 1, got {self.max_seq_length}")
+        need(self.prefix_len >= 1, f"prefix_len must be >= 1, got {self.prefix_len}")
+        need(self.stage1_steps >= 0, f"stage1_steps must be >= 0, got {self.stage1_steps}")
+        need(self.stage1_lr > 0 and self.aux_weight >= 0, "stage1_lr must be positive and aux_weight >= 0")
+        need(self.nli_batch_size >= 2, f"nli_batch_size must be >= 2, got {self.nli_batch_size}")
+        need(0 < self.nli_fraction <= 1, f"nli_fraction must be in (0, 1], got {self.nli_fraction}")
+        need(self.gradient_accumulation >= 1, f"gradient_accumulation must be >= 1, got {self.gradient_accumulation}")
+        need(self.diffaug_variant in DIFFAUG_VARIANTS, f"unknown diffaug_variant {self.diffaug_variant!r}; choose "
+             f"one of: {', '.join(DIFFAUG_VARIANTS)}")
+        for name, choices in DIFFAUG_CHOICES.items():
+            value = getattr(self, name)
+            need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        need(not self.pooler.startswith("prompt_mask") or self.template, f"pooler {self.pooler} needs a template "
+             "(e.g. template='This sentence of \"*sent0*\" means*mask*.')")
+        need(self.method != "diffaug" or (self.template and self.pooler == "prompt_mask"),
+             "DiffAug reads the [MASK] of a prompt template: set pooler=prompt_mask and a template")
+        need(self.method != "diffaug" or self.nli_data or not (self.stage1_steps or self.aux_weight),
+             "DiffAug's stage 1 and auxiliary loss train on NLI triplets: set nli_data (NLI, or SNLI-triplets offline)")
+
+    def diffaug_options(self) -> dict:
+        """The paper-vs-code choices of DiffAug: explicit settings over the variant's defaults."""
+        out = dict(DIFFAUG_VARIANTS[self.diffaug_variant])
+        for name in out:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     def _validate_scd(self, need) -> None:
         need(0 <= self.scd_dropout_low <= self.scd_dropout_high < 1, "SCD's dropout rates need 0 <= "

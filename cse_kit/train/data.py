@@ -9,25 +9,29 @@ from pathlib import Path
 
 import torch
 
-from ..data import DataError, load_corpus, load_nli_triplets, load_sentence_pairs, resolve_data_dir
-from ..data.registry import ORDERED_CORPORA, REGISTRY
+from ..data import (
+    DataError, load_corpus, load_nli_triplets, load_sentence_pairs, load_snli_triplets, resolve_data_dir,
+)
+from ..data.registry import ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS
 
 
-def _is_nli(source: str) -> bool:
-    return source == "NLI" or source.endswith(".csv")
+def is_nli(source: str) -> bool:
+    return source in ("NLI", SNLI_TRIPLETS) or source.endswith(".csv")
 
 
 def load_examples(source: str, data_dir=None, max_examples: int | None = None) -> list[tuple[str, ...]]:
     """(sentence,) per corpus line, (sentence, next sentence) per consecutive pair of an ordered corpus, or
-    (anchor, entailment, contradiction) per NLI row."""
-    is_file = source not in REGISTRY
+    (anchor, entailment, contradiction) per NLI row ("NLI", a triplet CSV, or "SNLI-triplets" from SNLI dev/test)."""
+    is_file = source not in REGISTRY and source != SNLI_TRIPLETS
     if is_file and not Path(source).is_file():
-        raise FileNotFoundError(f"training data {source!r} is neither a registered dataset "
-                                f"({', '.join(n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')) or n in ORDERED_CORPORA)})"
+        known = [n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')) or n in ORDERED_CORPORA] + [SNLI_TRIPLETS]
+        raise FileNotFoundError(f"training data {source!r} is neither a registered dataset ({', '.join(known)})"
                                 " nor a file")
     if source in ORDERED_CORPORA:
         examples = load_sentence_pairs(source, data_dir)
-    elif _is_nli(source):
+    elif source == SNLI_TRIPLETS:
+        examples = [(r.anchor, r.positive, r.negative) for r in load_snli_triplets(data_dir)]
+    elif is_nli(source):
         rows = load_nli_triplets(path=source) if is_file else load_nli_triplets(data_dir=data_dir)
         examples = [(r.anchor, r.positive, r.negative) for r in rows]
     else:
@@ -39,12 +43,28 @@ def load_examples(source: str, data_dir=None, max_examples: int | None = None) -
     return examples[:max_examples] if max_examples else examples
 
 
-def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, cache_dir: Path):
-    """A `datasets.Dataset` with one `ids<k>` column per text column, cached under cache_dir by content."""
+def subsample_examples(examples: list, fraction: float, seed: int) -> list:
+    """DiffAug's label fractions (Tables 2, 7: 1% and 10% of NLI, five subsets drawn with seeds): a random subset of
+    round(fraction * len(examples)) examples (at least 1), drawn with a torch generator seeded with `seed`, in their
+    original order. fraction 1.0 returns `examples` itself."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1] (0.01 for 1%), got {fraction!r}")
+    if fraction == 1:
+        return examples
+    k = max(1, round(fraction * len(examples)))
+    chosen = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:k]
+    return [examples[i] for i in chosen.sort().values.tolist()]
+
+
+def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, cache_dir: Path, template=None):
+    """A `datasets.Dataset` with one `ids<k>` column per text column, cached under cache_dir by content. With a
+    prompt `template` (cse_kit.prompt.Template) each text's sub-words are truncated to max_seq_length and wrapped
+    in it, as the official prompt code (DiffAug train.py:609-612): the template's tokens come on top."""
     from datasets import Dataset
 
     key = hashlib.sha256()
-    for part in (tokenizer.name_or_path, type(tokenizer).__name__, len(tokenizer), max_seq_length, len(examples)):
+    for part in (tokenizer.name_or_path, type(tokenizer).__name__, len(tokenizer), max_seq_length, len(examples),
+                 *([template.text] if template else [])):
         key.update(repr(part).encode())
     for ex in examples:
         key.update("\t".join(ex).encode() + b"\n")
@@ -53,6 +73,10 @@ def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, ca
     columns = {f"text{k}": [ex[k] for ex in examples] for k in range(len(examples[0]))}
 
     def encode(batch):
+        if template is not None:
+            return {f"ids{k}": [template.wrap_ids(ids[:max_seq_length]) for ids in
+                                tokenizer(batch[f"text{k}"], add_special_tokens=False)["input_ids"]]
+                    for k in range(len(columns))}
         return {f"ids{k}": tokenizer(batch[f"text{k}"], truncation=True, max_length=max_seq_length)["input_ids"]
                 for k in range(len(columns))}
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..io import atomic_dir, write_json_atomic
 from ..models import quiet_transformers
+from ..prefix import PrefixedEncoder
 
 METADATA = "cse_kit.json"
 #: kit pooler -> sentence-transformers Pooling mode that computes the same vector
@@ -27,6 +28,11 @@ def read_metadata(model_dir) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def template_of(model_dir) -> str | None:
+    """The prompt template a kit-trained model was exported with (prompt poolers), or None."""
+    return (read_metadata(model_dir) or {}).get("template") if Path(model_dir).is_dir() else None
+
+
 def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) -> Path:
     """A sentence-transformers model of an exported encoder (pooler from its cse_kit.json unless given)."""
     try:
@@ -38,6 +44,9 @@ def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) 
     except ImportError:
         raise ImportError("sentence-transformers is not installed: pip install -e '.[st]'") from None
     pooler = pooler or (read_metadata(model_dir) or {}).get("pooler")
+    if (Path(model_dir) / PrefixedEncoder.FILE).is_file():
+        raise ValueError(f"{model_dir} attends a learned prefix at every layer (DiffAug), which sentence-transformers' "
+                         "Transformer module cannot pass to the encoder: evaluate it with cse-kit eval")
     if pooler not in ST_POOLING:
         raise ValueError(f"pooler {pooler!r} has no sentence-transformers equivalent; exportable: "
                          f"{', '.join(ST_POOLING)}")

@@ -1,5 +1,10 @@
 """The training loop on Hugging Face Accelerate: one CPU, one GPU or several (`accelerate launch`), AMP, a linear
-schedule, dev evaluation every `eval_steps` with the best model kept apart, resumable checkpoints, a JSONL log."""
+schedule, dev evaluation every `eval_steps` with the best model kept apart, resumable checkpoints, a JSONL log.
+
+A method with a first stage (DiffAug: `stage1_parameters()`) trains `stage1_steps` steps on NLI batches with its
+own optimizer over those parameters (lr `stage1_lr`), then the main stage with the main optimizer over everything;
+both linear schedules are sized to the main stage's length, as the official DiffAug trainer (trainers.py:285-310).
+The step counter runs over both stages, so evaluation, checkpoints and resume cross the boundary unchanged."""
 
 from __future__ import annotations
 
@@ -20,8 +25,9 @@ from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..io import recover_dir, swap_dir, write_json_atomic
 from ..models import load_model
+from ..prompt import Template
 from .config import TrainConfig
-from .data import Batches, load_examples, tokenize, tokenized_cache_dir
+from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
 
@@ -128,36 +134,63 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     if not torch.cuda.is_available():
         keep_freed_memory()
     # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
-    accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available())
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    from ..methods import METHODS
+
+    # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
+    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
+        if hasattr(METHODS[cfg.method], "stage1_parameters") else []
+    accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available(),
+                              kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
     seed = rank_seed(cfg.seed, accelerator.process_index)
     set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
+    template = Template(tokenizer, cfg.template) if cfg.template else None
     with accelerator.main_process_first():
-        dataset = tokenize(load_examples(cfg.data, cfg.data_dir, cfg.max_examples), tokenizer, cfg.max_seq_length,
-                           tokenized_cache_dir(cfg.data_dir))
+        examples = load_examples(cfg.data, cfg.data_dir, cfg.max_examples)
+        if is_nli(cfg.data):  # a label fraction takes the same triplets for every use of NLI in the run
+            examples = subsample_examples(examples, cfg.nli_fraction, cfg.nli_subset)
+        dataset = tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
+        nli = _nli_dataset(cfg, tokenizer, template)
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
                       accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA,
                       length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add())
-    total = batches.steps_per_epoch * cfg.epochs
-    total = min(total, cfg.max_steps) if cfg.max_steps else total
+    nli_batches = nli and Batches(nli, cfg.nli_batch_size, cfg.seed, tokenizer.pad_token_id,
+                                  accelerator.process_index, accelerator.num_processes)
+    accumulation = cfg.gradient_accumulation
+    main_steps = batches.steps_per_epoch // accumulation * cfg.epochs
+    main_steps = min(main_steps, cfg.max_steps) if cfg.max_steps else main_steps
+    if not main_steps:
+        raise ValueError(f"gradient_accumulation {accumulation} needs more than {batches.steps_per_epoch} batches")
+    first_stage = cfg.stage1_steps if hasattr(objective, "stage1_parameters") else 0
+    total = first_stage + main_steps
     objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
     params = [p for p in objective.parameters() if p.requires_grad]
     # on CUDA one fused kernel updates every parameter (a step 34 ms instead of 39 on an H100, issue figures)
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=accelerator.device.type == "cuda")
+    fused = accelerator.device.type == "cuda"
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+    optimizers = [optimizer]
+    if first_stage:
+        optimizers.append(torch.optim.AdamW(objective.stage1_parameters(), lr=cfg.stage1_lr,
+                                            weight_decay=cfg.weight_decay, fused=fused))
     if cfg.compile:
         objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if s < cfg.warmup_steps
-        else max(0.0, (total - s) / max(1, total - cfg.warmup_steps)))
-    # the scheduler stays unprepared: Accelerate would step it once per process, but batch_size is global here
-    objective, optimizer = accelerator.prepare(objective, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
-    test_pooler = getattr(accelerator.unwrap_model(objective), "test_pooler", cfg.pooler)
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if s < cfg.warmup_steps
+        else max(0.0, (main_steps - s) / max(1, main_steps - cfg.warmup_steps))) for opt in optimizers]
+    # the schedulers stay unprepared: Accelerate would step them once per process, but batch_size is global here
+    objective, *optimizers = accelerator.prepare(objective, *optimizers)
+    optimizer, scheduler = optimizers[0], schedulers[0]
+    for s in schedulers:
+        accelerator.register_for_checkpointing(s)
+    unwrapped = accelerator.unwrap_model(objective)
+    test_pooler = getattr(unwrapped, "test_pooler", cfg.pooler)
     evaluator = DevEvaluator(tokenizer, test_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
-                             transfer=cfg.metric == "transfer_devacc", device=accelerator.device)
+                             transfer=cfg.metric == "transfer_devacc", device=accelerator.device,
+                             template=cfg.template)
 
     state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
              "resumed_with_changes": []}
@@ -247,18 +280,26 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     objective.train()
     while state["step"] < total:
         t = time.perf_counter()
-        batch = {k: (v.pin_memory() if cuda else v).to(accelerator.device, non_blocking=True)
-                 for k, v in batches(state["step"]).items()}
-        with accelerator.autocast():
-            out = objective(batch)
-        loss = out["loss"]
-        first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss.detach()), state["step"] + 1)
-        accelerator.backward(loss)
+        stage = 1 if state["step"] < first_stage else 2
+        current = 1 if stage == 1 else 0  # the stage's optimizer and schedule: [main, first stage]
+        if first_stage:
+            unwrapped.stage = stage
+        micro_batches = 1 if stage == 1 else accumulation
+        for micro in range(micro_batches):  # gradients of separate losses, averaged (HF Trainer's accumulation)
+            batch = _step_batch(batches, nli_batches, state["step"], first_stage, micro, accumulation,
+                                with_main=stage == 2, with_nli=stage == 1 or bool(cfg.aux_weight))
+            batch = {k: (v.pin_memory() if cuda else v).to(accelerator.device, non_blocking=True)
+                     for k, v in batch.items()}
+            with accelerator.autocast():
+                out = objective(batch)
+            loss = out["loss"] / micro_batches
+            first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss.detach()), state["step"] + 1)
+            accelerator.backward(loss)
         if cfg.max_grad_norm:
-            accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+            accelerator.clip_grad_norm_(unwrapped.clipped_parameters() if first_stage else params, cfg.max_grad_norm)
+        optimizers[current].step()
+        schedulers[current].step()
+        objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
         state["step"] += 1
         step = state["step"]
         state["seconds"]["train"] += time.perf_counter() - t
@@ -266,8 +307,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         if step % cfg.log_steps == 0 or step % cfg.eval_steps == 0 or step == total:
             check_loss()
         if step % cfg.log_steps == 0 or step == total:
-            record = {"step": step, "lr": scheduler.get_last_lr()[0],
-                      **{k: float(v.detach()) for k, v in out.items()}}
+            record = {"step": step, "lr": schedulers[current].get_last_lr()[0],
+                      **({"stage": stage} if first_stage else {}), **{k: float(v.detach()) for k, v in out.items()}}
             log(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
         if step % cfg.eval_steps == 0 or step == total:
@@ -327,7 +368,29 @@ def _test_model(objective):
 
 def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str) -> dict:
     return {"method": cfg.method, "pooler": pooler, "profile": cfg.profile, "preset": cfg.preset,
-            "base_model": cfg.model, "step": step, "dev": dev}
+            "base_model": cfg.model, "step": step, "dev": dev, **({"template": cfg.template} if cfg.template else {})}
+
+
+def _nli_dataset(cfg: TrainConfig, tokenizer, template):
+    """The tokenized NLI triplets of a method's first stage and auxiliary loss, or None when it has neither."""
+    if not cfg.nli_data or not (cfg.stage1_steps or cfg.aux_weight):
+        return None
+    examples = subsample_examples(load_examples(cfg.nli_data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
+    return tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
+
+
+def _step_batch(batches, nli_batches, step: int, first_stage: int, micro: int, accumulation: int, *,
+                with_main: bool, with_nli: bool) -> dict:
+    """The inputs of one forward: the main data's batch (main stage), NLI triplets as `nli_*` (first stage, and
+    each main-stage batch when there is an auxiliary loss). The NLI stream continues across the stage boundary."""
+    batch = {}
+    main_index = (step - first_stage) * accumulation + micro
+    if with_main:
+        batch.update(batches(main_index))
+    if with_nli:
+        nli_index = step if step < first_stage else first_stage + main_index
+        batch.update({f"nli_{k}": v for k, v in nli_batches(nli_index).items() if k != "example_index"})
+    return batch
 
 
 def _checkpoint_step(checkpoint: Path):

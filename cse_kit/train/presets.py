@@ -7,6 +7,7 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 from __future__ import annotations
 
 from ..methods.scd import VARIANTS as SCD_VARIANTS
+from ..prompt import PROMPTBERT_BERT
 from .config import TrainConfig, apply_overrides
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
@@ -20,6 +21,27 @@ _ESIMCSE = {"method": "esimcse", "projector": "mlp", "pooler": "cls_before_poole
 # checkpoints were selected; every SCD preset does as the README (SICK-R dev every 250 steps).
 _SCD = {"method": "scd", "lr": 3e-5, "batch_size": 192, "epochs": 1, "pooler": "cls_before_pooler",
         "metric": "sickr_spearman", "eval_steps": 250}
+
+# DiffAug, Table 5 and the official scripts (run_semi_sup_bert.sh, run_sup_bert.sh): PromptBERT's template and its
+# [MASK] state (training-only MLP, denoising in stage 2), two prefixes of l = 8, stage 1 at lr 1e-3 on NLI batches of
+# 128, sentences truncated to 32 sub-words before the template, STS-B dev every 50 steps, temperature 0.05
+_DIFFAUG = {"method": "diffaug", "projector": "mlp", "pooler": "prompt_mask", "template": PROMPTBERT_BERT,
+            "prefix_len": 8, "stage1_lr": 1e-3, "nli_data": "NLI", "nli_batch_size": 128, "max_seq_length": 32,
+            "temp": 0.05, "eval_steps": 50, "metric": "stsb_spearman", "diffaug_variant": "paper"}
+_DIFFAUG_SEMI = {**_DIFFAUG, "data": "Wiki1M", "batch_size": 256, "lr": 1e-5, "epochs": 1}
+_DIFFAUG_SUP = {**_DIFFAUG, "data": "NLI", "batch_size": 128, "lr": 5e-5, "epochs": 3}
+#: the official scripts' choices where they differ from the paper: the code's variant (denoising row, stage-1
+#: clipping), fp16, the semi script's 1500 stage-1 steps (the w/o-aux run has no script of its own: the script's
+#: value with --use_aux_loss dropped), the sup script's gradient accumulation 4
+_DIFFAUG_OFFICIAL = {"diffaug_variant": "official-code", "mixed_precision": "fp16"}
+DIFFAUG_PRESETS = {
+    "semi": {**_DIFFAUG_SEMI, "stage1_steps": 2000},
+    "semi-aux": {**_DIFFAUG_SEMI, "stage1_steps": 1500, "aux_weight": 1e-3},
+    "sup": {**_DIFFAUG_SUP, "stage1_steps": 1250},
+    "semi-official": {**_DIFFAUG_SEMI, **_DIFFAUG_OFFICIAL, "stage1_steps": 1500},
+    "semi-aux-official": {**_DIFFAUG_SEMI, **_DIFFAUG_OFFICIAL, "stage1_steps": 1500, "aux_weight": 1e-3},
+    "sup-official": {**_DIFFAUG_SUP, **_DIFFAUG_OFFICIAL, "stage1_steps": 1250, "gradient_accumulation": 4},
+}
 
 #: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
 #: §2.3 (SCD: paper §3.1, the official README and issue #2), §2.4 and ESimCSE/run.sh.
@@ -45,6 +67,12 @@ PRESETS = {
     "esimcse-roberta": ("roberta", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.30, "queue_size": 160, "dropout": 0.1}),
     "esimcse-roberta-large": ("roberta-large", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.28, "queue_size": 128,
                                                 "dropout": 0.15}),
+    # DiffAug: BERT's from the paper (the -official ones from its scripts); the paper gives no RoBERTa recipe, so
+    # the RoBERTa presets are ours: BERT's settings and template (the official utils.py strips RoBERTa's leading
+    # space, as cse_kit.prompt.Template does)
+    **{f"diffaug-{name.replace('-official', '')}-bert{'-official' if 'official' in name else ''}": ("bert", settings)
+       for name, settings in DIFFAUG_PRESETS.items()},
+    **{f"diffaug-{name}-roberta": ("roberta", DIFFAUG_PRESETS[name]) for name in ("semi", "semi-aux", "sup")},
 }
 
 #: DiffCSE Table 6: generator name -> checkpoint on the paper profile (Turc et al. compact BERTs on the Hub).
@@ -69,6 +97,7 @@ PROFILES = {
               # DiffCSE's next-sentence variants need sentence order, which Wiki1M (a random sample) lacks:
               # WikiText-103 is Wikipedia too (Wiki1M's domain), in article order
               "ordered_data": "WikiText-103",
+              "nli_data": "NLI",
               "report": {"seeds": [42, 43, 44], "transfer_mode": "test"}},
     "cpu": {"backbones": {"bert": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-mlm")},
             "unavailable": {"roberta": "no RoBERTa checkpoint is available offline; run it with --profile paper",
@@ -79,6 +108,10 @@ PROFILES = {
             # 108k transfer sentences is the largest) fits in under two hours on a 2-core CPU
             "settings": {"data": "Wiki1M-sample", "max_examples": 512, "eval_steps": 8, "mixed_precision": "no"},
             "ordered_data": "Licenses-ordered",
+            # SimCSE's NLI triplets are a download: SNLI dev + test triplets stand in (about 5.9k)
+            "nli_data": "SNLI-triplets",
+            # DiffAug: batches of 64 (256 would leave the 512-sentence sample 2 steps), 16 stage-1 steps
+            "method_settings": {"diffaug": {"batch_size": 64, "nli_batch_size": 64, "stage1_steps": 16}},
             "report": {"seeds": [42], "transfer_mode": "test"}},
     # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
     "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm"),
@@ -91,6 +124,8 @@ PROFILES = {
                            # SCD's projector 512 wide instead of 4096: 4096² weights would make the tiny runs slow
                            "scd_projector": "512-512-512"},
               "ordered_data": "Licenses-ordered",
+              "nli_data": "SNLI-triplets",
+              "method_settings": {"diffaug": {"nli_batch_size": 16, "stage1_steps": 4, "eval_steps": 4}},
               # SentEval's fast configuration keeps the smoke report within minutes
               "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
 }
@@ -117,8 +152,13 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
     if backbone in prof.get("unavailable", {}):
         raise ProfileUnavailable(f"{preset} cannot run on the {profile} profile: {prof['unavailable'][backbone]}")
     model, generator = prof["backbones"][backbone]
-    values = {**settings, "model": model, "generator": generator, **prof["settings"], "preset": preset,
+    values = {**settings, "model": model, "generator": generator, **prof["settings"],
+              **prof.get("method_settings", {}).get(settings["method"], {}), "preset": preset,
               "profile": profile, "output_dir": f"runs/{preset}-{profile}"}
+    if settings.get("data") == "NLI":  # the profile's NLI triplets (a stand-in offline), not its corpus
+        values["data"] = prof["nli_data"]
+    if values.get("nli_data"):
+        values["nli_data"] = prof["nli_data"]
     if isinstance(overrides, dict):
         values.update(overrides)
     elif overrides:

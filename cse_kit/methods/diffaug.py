@@ -1,0 +1,173 @@
+"""DiffAug (Wang & Lu, EMNLP 2022): two learned prefixes θ1, θ2 on one encoder give the two views of a sentence.
+Stage 1 tunes the prefixes (and an NLI classifier) with the encoder frozen: softmax cross-entropy on [u; v; |u - v|]
+of NLI pairs, the anchor through prefix 1, the hypothesis through prefix 2 (entailment 1, contradiction 0). Stage 2
+tunes everything with InfoNCE between the two prefix views (semi-supervised: Wiki1M, optionally + α · the stage-1
+loss on NLI batches; supervised: NLI entailment positives and contradiction hard negatives).
+
+The sentence vector is PromptBERT's [MASK] state (cse_kit.prompt), template-denoised in stage 2 and passed through a
+training-only MLP, as the official scripts (`--apply_template_delta_train --mlp_train`). The two prefixes are the two
+halves of one table of 2l positions, chosen per row by the attention mask (diffaug/models.py:194-229); at test time
+every row attends all 2l, without dropout, denoising or MLP (models.py:374-399, evaluation.py:63-94).
+
+The loop (cse_kit.train.loop) runs the stages: it sets `stage`, steps `stage1_parameters()` with their own optimizer
+in stage 1 and everything in stage 2, and feeds NLI rows as `nli_input_ids` / `nli_attention_mask`."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix
+from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
+from .contrastive import MLPProjector, info_nce, init_like_official
+
+#: choice -> its values. denoise_offset: which empty-template row is subtracted from a sentence of n sub-words:
+#: row n ("sentence", PromptBERT's rule, the paper) or row n + l ("sentence+prefix": the official blen counts the
+#: l prefix columns the attention mask holds, models.py:229, 279-282). stage1_clip: the gradients whose norm stage 1
+#: clips to max_grad_norm: the prefixes' and classifier's ("trained", the paper's frozen PLM) or every parameter's,
+#: the encoder's unused gradients included ("all": clip_grad_norm_(model.parameters()), trainers.py:615-618).
+CHOICES = {"denoise_offset": ("sentence", "sentence+prefix"), "stage1_clip": ("trained", "all")}
+VARIANTS = {"paper": {"denoise_offset": "sentence", "stage1_clip": "trained"},
+            "official-code": {"denoise_offset": "sentence+prefix", "stage1_clip": "all"}}
+SETTINGS = ("semi", "sup")
+
+
+class DiffAug(nn.Module):
+    """Batches: stage 2 `input_ids` / `attention_mask` (batch, views, length) of templated ids, 2 views (the sentence
+    twice: semi-supervised) or 3 (anchor, entailment, contradiction: supervised); `nli_*` (batch, 3, length) NLI
+    triplets for stage 1 and the auxiliary loss."""
+
+    method = "diffaug"
+
+    def __init__(self, encoder: nn.Module, tokenizer, *, prefix_len: int = 8, temp: float = 0.05,
+                 aux_weight: float = 0.0, denoise: bool = True, mlp: bool = True, template: str = PROMPTBERT_BERT,
+                 denoise_offset: str = "sentence", stage1_clip: str = "trained"):
+        super().__init__()
+        for name, value in (("denoise_offset", denoise_offset), ("stage1_clip", stage1_clip)):
+            if value not in CHOICES[name]:
+                raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(CHOICES[name])}")
+        if prefix_len < 1:
+            raise ValueError(f"prefix_len must be >= 1, got {prefix_len}")
+        config = encoder.config
+        self.encoder = encoder
+        self.template = Template(tokenizer, template)
+        self.prefix_len, self.temp, self.aux_weight = prefix_len, temp, aux_weight
+        self.denoise, self.denoise_offset, self.stage1_clip = denoise, denoise_offset, stage1_clip
+        init_std = getattr(config, "initializer_range", 0.02)
+        self.prefix_encoder = PrefixEncoder(2 * prefix_len, config.hidden_size, config.num_hidden_layers, init_std)
+        # the official code applies the encoder's hidden dropout to the produced key/values (models.py:62, 421)
+        self.prefix_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.mlp = init_like_official(MLPProjector(config.hidden_size), init_std) if mlp else nn.Identity()
+        self.classifier = init_like_official(nn.Linear(3 * config.hidden_size, 2), init_std)
+        self.stage = 2
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, encoder) -> "DiffAug":
+        return cls(encoder, tokenizer, prefix_len=cfg.prefix_len, temp=cfg.temp, aux_weight=cfg.aux_weight,
+                   denoise=cfg.denoise, mlp=cfg.projector == "mlp", template=cfg.template, **cfg.diffaug_options())
+
+    # --- the parts of each stage -------------------------------------------------------------------------------
+
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        """What stage 1 trains (the official optimizer2, trainers.py:262-276): the prefixes and the classifier."""
+        return [*self.prefix_encoder.parameters(), *self.classifier.parameters()]
+
+    def clipped_parameters(self) -> list[nn.Parameter]:
+        """Whose gradient norm is clipped in the current stage."""
+        if self.stage == 1 and self.stage1_clip == "trained":
+            return self.stage1_parameters()
+        return list(self.parameters())
+
+    # --- encoding ----------------------------------------------------------------------------------------------
+
+    def _table(self, rows: int, positions: slice = slice(None)) -> torch.Tensor:
+        """(rows, P, layers * 2 * hidden): the prefix table, dropped out independently per row (the official code
+        expands the table to the batch before its dropout, models.py:52-62)."""
+        table = self.prefix_encoder()[positions]
+        return self.prefix_dropout(table.unsqueeze(0).expand(rows, -1, -1))
+
+    def _view_masks(self, rows: int, views: int, device) -> torch.Tensor:
+        """(rows * views, 2l): view 0 attends the first l positions (θ1), views 1 and 2 the last l (θ2)."""
+        first = torch.zeros(views, 2 * self.prefix_len, device=device)
+        first[0, :self.prefix_len] = 1
+        first[1:, self.prefix_len:] = 1
+        return first.repeat(rows, 1)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(rows, views, hidden): the [MASK] state of each view through its prefix (no denoising, no MLP)."""
+        rows, views, _ = input_ids.shape
+        ids, mask = input_ids.flatten(0, 1), attention_mask.flatten(0, 1)
+        out = encode_with_prefix(self.encoder, ids, mask, self._table(len(ids)),
+                                 self._view_masks(rows, views, ids.device))
+        return mask_states(out.last_hidden_state, ids, self.template.mask_token_id).view(rows, views, -1)
+
+    def template_delta(self, shifts: torch.Tensor, prefix: int) -> torch.Tensor:
+        """(len(shifts), hidden): the [MASK] state of the empty template through prefix 0 (θ1) or 1 (θ2) alone, its
+        positions after the sentence slot moved by each shift; positions start after the whole table, as the real
+        tokens' do (models.py:96-129: one row per shift, with dropout and gradient, as there)."""
+        ids, positions = self.template.denoising_inputs(shifts, offset=2 * self.prefix_len)
+        part = slice(prefix * self.prefix_len, (prefix + 1) * self.prefix_len)
+        ones = torch.ones(len(ids), self.prefix_len, device=ids.device)
+        out = encode_with_prefix(self.encoder, ids, torch.ones_like(ids), self._table(len(ids), part), ones, positions)
+        return mask_states(out.last_hidden_state, ids, self.template.mask_token_id)
+
+    def denoised(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Stage 2's template denoising: each view minus its prefix's empty-template state for its length."""
+        shifts = sentence_lengths(attention_mask, self.template)
+        if self.denoise_offset == "sentence+prefix":
+            shifts = shifts + self.prefix_len
+        out = []
+        for view in range(pooled.shape[1]):
+            prefix = 0 if view == 0 else 1
+            needed, index = torch.unique(shifts[:, view], return_inverse=True)
+            out.append(pooled[:, view] - self.template_delta(needed, prefix)[index])
+        return torch.stack(out, dim=1)
+
+    # --- losses ------------------------------------------------------------------------------------------------
+
+    def nli_loss(self, z: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the classifier on [u; v; |u - v|], (anchor, entailment) -> 1, (anchor, contradiction)
+        -> 0 (models.py:314-325)."""
+        u, v, w = z[:, 0], z[:, 1], z[:, 2]
+        features = torch.cat([torch.cat([u, v, (u - v).abs()], 1), torch.cat([u, w, (u - w).abs()], 1)])
+        labels = torch.cat([torch.ones(len(u)), torch.zeros(len(u))]).long().to(z.device)
+        return F.cross_entropy(self.classifier(features).float(), labels)
+
+    def stage1_loss(self, batch: dict) -> torch.Tensor:
+        return self.nli_loss(self.mlp(self.encode(batch["nli_input_ids"], batch["nli_attention_mask"])))
+
+    def contrastive_loss(self, batch: dict) -> torch.Tensor:
+        pooled = self.encode(batch["input_ids"], batch["attention_mask"])
+        if self.denoise:
+            pooled = self.denoised(pooled, batch["attention_mask"])
+        z = self.mlp(pooled)
+        return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if z.shape[1] == 3 else None)
+
+    def forward(self, batch: dict) -> dict:
+        if self.stage == 1:
+            loss = self.stage1_loss(batch)
+            return {"loss": loss, "nli": loss.detach()}
+        views = batch["input_ids"].shape[1]
+        if views not in (2, 3):
+            raise ValueError(f"DiffAug's stage 2 needs 2 views (semi-supervised) or 3 (anchor, entailment, "
+                             f"contradiction: supervised); got {views}")
+        contrastive = self.contrastive_loss(batch)
+        out = {"contrastive": contrastive.detach()}
+        loss = contrastive
+        if self.aux_weight:
+            aux = self.stage1_loss(batch)
+            loss = loss + self.aux_weight * aux
+            out["nli"] = aux.detach()
+        return {"loss": loss, **out}
+
+    # --- the model that is evaluated and exported --------------------------------------------------------------
+
+    def test_model(self) -> tuple[nn.Module, str]:
+        """The encoder attending the whole prefix table (both prefixes, no dropout), pooled at [MASK] without
+        denoising or MLP: the paper's "both prefix modules are prepended" and evaluation.py agree."""
+        with torch.no_grad():
+            table = self.prefix_encoder()
+        return PrefixedEncoder(self.encoder, table), self.test_pooler
+
+    test_pooler = "prompt_mask"

@@ -1,0 +1,119 @@
+"""Deep prefixes (prefix-tuning, Li & Liang 2021) on a Hugging Face encoder through its public cache API: every
+self-attention layer attends [P_k; K] and [P_v; V], the prefix key/values placed in the encoder's key/value cache
+and the attention mask extended by the prefix's own columns. No modeling file is copied or patched.
+
+As with the legacy `past_key_values` tuples DiffAug's code passes (transformers 4.15), the encoder shifts the real
+tokens' position ids by the prefix length (the cache's length), unless position ids are given."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .methods.contrastive import init_like_official
+
+
+class PrefixEncoder(nn.Module):
+    """DiffAug's PrefixEncoder (diffaug/models.py:20-48), the prefix_projection form: an embedding of `positions`
+    prefix positions through Linear -> Tanh -> Linear to layers x 2 (key, value) x hidden. Initialised as the
+    official `cl_init` leaves it (`init_weights()`, models.py:145: BERT's N(0, 0.02), zero biases)."""
+
+    def __init__(self, positions: int, hidden: int, layers: int, init_std: float = 0.02):
+        super().__init__()
+        self.embedding = nn.Embedding(positions, hidden)
+        self.projection = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, layers * 2 * hidden))
+        nn.init.normal_(self.embedding.weight, std=init_std)
+        init_like_official(self.projection, init_std)
+
+    @property
+    def positions(self) -> int:
+        return self.embedding.num_embeddings
+
+    def forward(self) -> torch.Tensor:
+        """(positions, layers * 2 * hidden): every position's key and value for every layer."""
+        return self.projection(self.embedding.weight)
+
+
+def _cache_argument(encoder) -> str:
+    """transformers renamed `past_key_values` to `cache` (5.x, deprecated alias until 5.40)."""
+    return "cache" if "cache" in inspect.signature(encoder.forward).parameters else "past_key_values"
+
+
+def prefix_cache(table: torch.Tensor, config):
+    """A fresh key/value cache holding the prefix: table (batch, P, layers * 2 * hidden) laid out as the official
+    get_prompt reads it (models.py:55-63: view (batch, P, 2 * layers, heads, head_dim), layer i's key at 2i, value at
+    2i + 1). Fresh per forward: the encoder appends the real tokens' keys to it."""
+    from transformers import DynamicCache
+
+    heads = config.num_attention_heads
+    batch, positions, _ = table.shape
+    kv = table.view(batch, positions, 2 * config.num_hidden_layers, heads, config.hidden_size // heads)
+    kv = kv.permute(2, 0, 3, 1, 4)  # (2 * layers, batch, heads, P, head_dim)
+    cache = DynamicCache()
+    for layer in range(config.num_hidden_layers):
+        cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
+    return cache
+
+
+def encode_with_prefix(encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, table: torch.Tensor,
+                       prefix_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
+                       output_hidden_states: bool = False):
+    """The encoder's output with every layer attending the prefix positions that `prefix_mask` (batch, P) keeps."""
+    mask = torch.cat([prefix_mask.to(attention_mask.dtype), attention_mask], dim=1)
+    return encoder(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                   output_hidden_states=output_hidden_states, return_dict=True,
+                   **{_cache_argument(encoder): prefix_cache(table, encoder.config)})
+
+
+class PrefixedEncoder(nn.Module):
+    """An encoder with a fixed prefix table attended by every input at every layer: a trained DiffAug model at test
+    time (both prefixes, no dropout). Saved as the plain Hugging Face encoder plus `prefix.safetensors`; the kit's
+    model loader puts the two back together."""
+
+    FILE = "prefix.safetensors"
+
+    def __init__(self, encoder: nn.Module, table: torch.Tensor):
+        super().__init__()
+        self.encoder = encoder
+        self.register_buffer("prefix", table.detach().clone())
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    @property
+    def prefix_length(self) -> int:
+        return self.prefix.shape[0]
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, output_hidden_states=False, **_):
+        rows = len(input_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        ones = torch.ones(rows, self.prefix_length, dtype=attention_mask.dtype, device=attention_mask.device)
+        return encode_with_prefix(self.encoder, input_ids, attention_mask, self.prefix.expand(rows, -1, -1), ones,
+                                  position_ids, output_hidden_states)
+
+    def save_pretrained(self, out_dir, **kwargs) -> None:
+        from safetensors.torch import save_file
+
+        self.encoder.save_pretrained(out_dir, **kwargs)
+        save_file({"prefix": self.prefix.contiguous().cpu()}, str(Path(out_dir) / self.FILE))
+
+    @classmethod
+    def attach(cls, model_dir, encoder: nn.Module) -> nn.Module:
+        """The encoder with the prefix saved beside it, or the encoder itself when there is none."""
+        path = Path(model_dir) / cls.FILE
+        if not path.is_file():
+            return encoder
+        from safetensors.torch import load_file
+
+        table = load_file(str(path))["prefix"]
+        expected = 2 * encoder.config.num_hidden_layers * encoder.config.hidden_size
+        if table.ndim != 2 or table.shape[1] != expected:
+            raise ValueError(f"{path} holds a prefix of shape {tuple(table.shape)}, not (P, {expected}) for this "
+                             f"encoder ({encoder.config.num_hidden_layers} layers x 2 x {encoder.config.hidden_size}): "
+                             "it belongs to another model; export the run again")
+        return cls(encoder, table.to(next(encoder.parameters()).dtype))

@@ -1,0 +1,68 @@
+"""Prompt-based sentence representation (PromptBERT, Jiang et al. 2022; used by DiffAug): the sentence is put into
+a hard template, `This sentence of "[X]" means [MASK] .`, and its vector is the last hidden state at [MASK].
+Template denoising subtracts the [MASK] state of the empty template whose positions after the sentence slot are
+shifted by the sentence's length, so that the template's own bias cancels.
+
+Two ways to fill the template, as the official code: training fills it with token ids (the sentence truncated to
+max_seq_length sub-words, then wrapped: DiffAug train.py:609-612), evaluation with text (the filled string
+tokenized whole, untruncated: DiffAug evaluation.py:79-87). For BERT's tokenizer the two give the same ids."""
+
+from __future__ import annotations
+
+import torch
+
+#: PromptBERT's BERT template (its id "00", DiffAug utils.py:73 and evaluation.py:45); *sent0* is the sentence,
+#: *mask* the tokenizer's mask token
+PROMPTBERT_BERT = 'This sentence of "*sent0*" means*mask*.'
+
+
+class Template:
+    """A hard template for one tokenizer: `before` ([CLS] + the words before the sentence) and `after` (the words
+    after it, the mask token among them, + [SEP]), as the official get_encoded_bs_and_es (DiffAug utils.py:96-120)."""
+
+    def __init__(self, tokenizer, text: str = PROMPTBERT_BERT):
+        if text.count("*sent0*") != 1 or text.count("*mask*") != 1:
+            raise ValueError(f"a template needs one *sent0* (the sentence) and one *mask*, got {text!r}")
+        if tokenizer.mask_token is None:
+            raise ValueError(f"{tokenizer.name_or_path} has no mask token: a prompt template needs one")
+        self.text = text
+        self.mask_token_id = tokenizer.mask_token_id
+        before, after = text.replace("*mask*", tokenizer.mask_token).split("*sent0*")
+        self.before = [tokenizer.cls_token_id] + tokenizer.encode(before.strip(), add_special_tokens=False)
+        self.after = tokenizer.encode(after, add_special_tokens=False) + [tokenizer.sep_token_id]
+        self._filled = text.replace("*mask*", tokenizer.mask_token)
+
+    def __len__(self) -> int:
+        """Tokens of the empty template, [CLS] and [SEP] included."""
+        return len(self.before) + len(self.after)
+
+    def wrap_ids(self, sentence_ids: list[int]) -> list[int]:
+        return self.before + list(sentence_ids) + self.after
+
+    def wrap_text(self, sentence: str) -> str:
+        return self._filled.replace("*sent0*", sentence).strip()
+
+    def denoising_inputs(self, lengths: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids, position_ids) of the empty template, one row per length n: positions start at `offset` (the
+        prefix length the encoder's positions are shifted by) and those after the sentence slot move by n, as the
+        official get_delta (DiffAug diffaug/models.py:109-118; PromptBERT's own code likewise)."""
+        rows = len(lengths)
+        ids = torch.tensor(self.before + self.after, device=lengths.device).expand(rows, -1)
+        positions = torch.arange(offset, offset + len(self), device=lengths.device).repeat(rows, 1)
+        positions[:, len(self.before):] += lengths.unsqueeze(-1)
+        return ids, positions
+
+
+def mask_states(last_hidden: torch.Tensor, input_ids: torch.Tensor, mask_token_id: int) -> torch.Tensor:
+    """(rows, hidden): each row's state at its last mask token (the template's: a mask token the sentence itself
+    holds comes before it; the official `last_hidden[input_ids == mask_id]` assumes there is one)."""
+    is_mask = input_ids == mask_token_id
+    if not bool(is_mask.any(dim=1).all()):
+        raise ValueError("a row has no mask token: prompt pooling needs inputs filled into the template")
+    last = is_mask.shape[1] - 1 - is_mask.flip(1).int().argmax(dim=1)
+    return last_hidden[torch.arange(len(input_ids), device=input_ids.device), last]
+
+
+def sentence_lengths(attention_mask: torch.Tensor, template: Template) -> torch.Tensor:
+    """Sub-words of the sentence in each templated row."""
+    return attention_mask.sum(-1) - len(template)

@@ -1,0 +1,151 @@
+"""DiffAug in the kit: the prompt template and poolers, two-stage training on the smoke profile (every preset), the
+stage boundary under kill -9, export with the prefix and evaluation without flags. The objective's equality with
+the official code's computation is tests/test_diffaug_official.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cse_kit.eval.encode import Encoder
+from cse_kit.prompt import PROMPTBERT_BERT, Template
+from cse_kit.train import PRESETS, build_config, train
+
+DIFFAUG_PRESETS = [p for p, (_, s) in PRESETS.items() if s["method"] == "diffaug"]
+SENTENCES = ["A man is playing a guitar.", "Two dogs run through the snow, chasing a red ball!",
+             "The cat sleeps.", 'She said "no" twice.']
+
+
+def test_the_template_filled_with_ids_equals_the_template_filled_with_text(minilm):
+    tokenizer = minilm[0]
+    template = Template(tokenizer)
+    assert tokenizer.convert_ids_to_tokens(template.before + template.after) == \
+        ["[CLS]", "this", "sentence", "of", '"', '"', "means", "[MASK]", ".", "[SEP]"]
+    for s in SENTENCES:
+        by_ids = template.wrap_ids(tokenizer(s, add_special_tokens=False)["input_ids"])
+        assert by_ids == tokenizer(template.wrap_text(s))["input_ids"]
+    with pytest.raises(ValueError, match="one \\*sent0\\*"):
+        Template(tokenizer, "no slot *mask*")
+
+
+def test_prompt_poolers_read_the_mask_state_and_denoise_with_shifted_positions(tiny_bert):
+    tokenizer, model = tiny_bert
+    template = Template(tokenizer)
+    got = Encoder(model, tokenizer, "prompt_mask", progress=False).encode(SENTENCES)
+    denoised = Encoder(model, tokenizer, "prompt_mask_denoised", progress=False).encode(SENTENCES)
+    for s, vec, vec_denoised in zip(SENTENCES, got, denoised):
+        ids = torch.tensor([tokenizer(template.wrap_text(s))["input_ids"]])
+        with torch.no_grad():
+            hidden = model(input_ids=ids).last_hidden_state[0]
+            mask_at = int((ids[0] == tokenizer.mask_token_id).nonzero()[-1])
+            n = ids.shape[1] - len(template)
+            empty = torch.tensor([template.before + template.after])
+            positions = torch.arange(len(template))
+            positions[len(template.before):] += n
+            delta = model(input_ids=empty, position_ids=positions[None]).last_hidden_state[0, -3]
+        np.testing.assert_allclose(vec, hidden[mask_at].numpy(), atol=1e-5)
+        np.testing.assert_allclose(vec_denoised, (hidden[mask_at] - delta).numpy(), atol=1e-5)
+
+
+def _cfg(data_dir, tmp_path, preset, **changes):
+    return build_config(preset, "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir), **changes})
+
+
+@pytest.mark.parametrize("preset", DIFFAUG_PRESETS)
+def test_every_diffaug_preset_trains_both_stages_on_the_smoke_profile(preset, data_dir, tmp_path):
+    cfg = _cfg(data_dir, tmp_path, preset)
+    summary = train(cfg, progress=False)
+    run = tmp_path / "run"
+    main_steps = 128 // 16 // cfg.gradient_accumulation * cfg.epochs
+    assert summary["steps"] == cfg.stage1_steps + main_steps
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in log if "loss" in r]
+    assert {r["stage"] for r in steps} == {1, 2} and all(np.isfinite(r["loss"]) for r in steps)
+    assert all("nli" in r for r in steps if r["stage"] == 1)
+    assert all(("nli" in r) == bool(cfg.aux_weight) for r in steps if r["stage"] == 2)
+    meta = json.loads((run / "model" / "cse_kit.json").read_text())
+    assert (meta["method"], meta["pooler"], meta["template"]) == ("diffaug", "prompt_mask", PROMPTBERT_BERT)
+    prefix = load_file(str(run / "model" / "prefix.safetensors"))["prefix"]
+    assert prefix.shape == (2 * cfg.prefix_len, 2 * 2 * 32)  # 2l positions x (layers x key/value x hidden)
+
+
+def _cli(args):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _kill_at(proc, run, step: int) -> None:
+    state = run / "checkpoint" / "trainer_state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["step"] >= step:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
+
+
+def _stage_one_moved_the_prefixes_only(checkpoint) -> None:
+    from cse_kit.train.loop import build_objective, load_encoder
+
+    from accelerate.utils import set_seed
+
+    cfg = build_config("diffaug-semi-aux-bert", "smoke")
+    set_seed(cfg.seed)  # as the loop, before the encoder and the objective's own parts are built
+    initial = build_objective(cfg, *load_encoder(cfg.model)).state_dict()
+    saved = load_file(str(checkpoint))
+    assert all(torch.equal(saved[k], initial[k]) for k in initial if k.startswith(("encoder.", "mlp.")))
+    assert not torch.equal(saved["prefix_encoder.embedding.weight"], initial["prefix_encoder.embedding.weight"])
+    assert not torch.equal(saved["classifier.weight"], initial["classifier.weight"])
+
+
+def test_resume_after_kill_9_in_each_stage_ends_like_an_uninterrupted_run(data_dir, tmp_path):
+    args = ["train", "--preset", "diffaug-semi-aux-bert", "--profile", "smoke", "--data-dir", str(data_dir),
+            "--no-progress", "--set", "save_steps=1", "--set", "stage1_steps=4", "--set", "eval_steps=3"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert _cli(args + ["--output-dir", str(whole)]).wait() == 0
+    _kill_at(_cli(args + ["--output-dir", str(cut)]), cut, 2)  # inside stage 1
+    _stage_one_moved_the_prefixes_only(cut / "checkpoint" / "model.safetensors")
+    _kill_at(_cli(args + ["--output-dir", str(cut)]), cut, 6)  # inside stage 2
+    assert _cli(args + ["--output-dir", str(cut)]).wait() == 0
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (whole, cut))
+    assert (a["best"], a["best_step"], a["steps"]) == (b["best"], b["best_step"], b["steps"])
+    strip = lambda d: [{k: v for k, v in json.loads(x).items() if k != "dev"}  # noqa: E731
+                       for x in (d / "log.jsonl").read_text().splitlines()]
+    assert strip(whole) == strip(cut)
+    for name in ("model.safetensors", "prefix.safetensors"):
+        wa, wb = load_file(str(whole / "model" / name)), load_file(str(cut / "model" / name))
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_an_exported_diffaug_model_is_evaluated_with_no_flags_and_refused_by_export_st(data_dir, tmp_path):
+    from cse_kit.models import load_model
+    from cse_kit.prefix import PrefixedEncoder
+    from cse_kit.train.export import export_sentence_transformers
+
+    train(_cfg(data_dir, tmp_path, "diffaug-semi-bert"), progress=False)
+    model_dir = tmp_path / "run" / "model"
+    tokenizer, model = load_model(str(model_dir))
+    assert isinstance(model, PrefixedEncoder) and model.prefix_length == 16
+    out = tmp_path / "eval.json"
+    proc = _cli(["eval", "--model", str(model_dir), "--tasks", "STSBenchmark", "--data-dir", str(data_dir),
+                 "--output", str(out)])
+    stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "pooler prompt_mask (from" in stdout
+    result = json.loads(out.read_text())
+    expected = Encoder(model, tokenizer, "prompt_mask", progress=False)
+    from cse_kit.eval import evaluate
+
+    direct = evaluate(expected, "STSBenchmark", "test", data_dir)["sts"]["STSBenchmark"]
+    assert result["sts"]["STSBenchmark"]["test"] == pytest.approx(direct["test"])
+    with pytest.raises(ValueError, match="learned prefix"):
+        export_sentence_transformers(model_dir, tmp_path / "st")
