@@ -149,10 +149,13 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
             "a local directory"
             f"{package}.") from None
     _NEWLY_INITIALIZED[model] = frozenset(info["missing_keys"])
-    if local:  # a DiffAug model: the encoder and the prefix table its every layer attends
-        from .prefix import PrefixedEncoder
+    # a DiffAug model (a kit export, or the authors' BertForCL): the encoder and the prefix its every layer attends
+    from transformers.utils import cached_file
 
-        model = PrefixedEncoder.attach(resolved, model)
+    from .prefix import PrefixedEncoder
+
+    folder = resolved if local else Path(cached_file(resolved, "config.json", local_files_only=offline)).parent
+    model = PrefixedEncoder.attach(folder, model)
     unexpected_missing = sorted(k for k in info["missing_keys"] if not k.startswith("pooler."))
     if unexpected_missing:
         warnings.warn(f"{ref}: {len(unexpected_missing)} weights are not in the checkpoint and start random "

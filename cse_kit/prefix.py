@@ -13,20 +13,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .methods.contrastive import init_like_official
-
 
 class PrefixEncoder(nn.Module):
     """DiffAug's PrefixEncoder (diffaug/models.py:20-48), the prefix_projection form: an embedding of `positions`
-    prefix positions through Linear -> Tanh -> Linear to layers x 2 (key, value) x hidden. Initialised as the
-    official `cl_init` leaves it (`init_weights()`, models.py:145: BERT's N(0, 0.02), zero biases)."""
+    prefix positions through Linear -> Tanh -> Linear to layers x 2 (key, value) x hidden."""
 
-    def __init__(self, positions: int, hidden: int, layers: int, init_std: float = 0.02):
+    def __init__(self, positions: int, hidden: int, layers: int):
         super().__init__()
         self.embedding = nn.Embedding(positions, hidden)
         self.projection = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, layers * 2 * hidden))
-        nn.init.normal_(self.embedding.weight, std=init_std)
-        init_like_official(self.projection, init_std)
 
     @property
     def positions(self) -> int:
@@ -104,16 +99,57 @@ class PrefixedEncoder(nn.Module):
 
     @classmethod
     def attach(cls, model_dir, encoder: nn.Module) -> nn.Module:
-        """The encoder with the prefix saved beside it, or the encoder itself when there is none."""
-        path = Path(model_dir) / cls.FILE
-        if not path.is_file():
-            return encoder
+        """The encoder with the prefix saved beside it (a kit export), or the prefix of an official DiffAug
+        checkpoint (its BertForCL weights hold `prefix_encoder.*`), or the encoder itself when there is none."""
         from safetensors.torch import load_file
 
-        table = load_file(str(path))["prefix"]
+        path = Path(model_dir) / cls.FILE
+        if path.is_file():
+            table = load_file(str(path))["prefix"]
+        else:
+            state = _official_prefix_state(Path(model_dir))
+            if not state:
+                return encoder
+            table = official_prefix_table(state, encoder.config.num_hidden_layers)
         expected = 2 * encoder.config.num_hidden_layers * encoder.config.hidden_size
         if table.ndim != 2 or table.shape[1] != expected:
             raise ValueError(f"{path} holds a prefix of shape {tuple(table.shape)}, not (P, {expected}) for this "
                              f"encoder ({encoder.config.num_hidden_layers} layers x 2 x {encoder.config.hidden_size}): "
                              "it belongs to another model; export the run again")
         return cls(encoder, table.to(next(encoder.parameters()).dtype))
+
+
+#: The official BertForCL's names (diffaug/models.py:31-37, 143): prefix_encoder.embedding, prefix_encoder.trans1.{0,2}
+OFFICIAL_PREFIX = "prefix_encoder."
+OFFICIAL_NAMES = {"embedding.weight": "embedding.weight", "trans1.0.weight": "projection.0.weight",
+                  "trans1.0.bias": "projection.0.bias", "trans1.2.weight": "projection.2.weight",
+                  "trans1.2.bias": "projection.2.bias"}
+
+
+def _official_prefix_state(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The `prefix_encoder.*` tensors of an official DiffAug checkpoint's weights file, or {} (any other model)."""
+    safetensors, pickle = model_dir / "model.safetensors", model_dir / "pytorch_model.bin"
+    if safetensors.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(safetensors), "pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys() if k.startswith(OFFICIAL_PREFIX)}
+    if pickle.is_file():
+        state = torch.load(pickle, map_location="cpu", weights_only=True, mmap=True)
+        return {k: v.clone() for k, v in state.items() if k.startswith(OFFICIAL_PREFIX)}
+    return {}
+
+
+def official_prefix_table(state: dict[str, torch.Tensor], layers: int) -> torch.Tensor:
+    """The prefix table a released DiffAug model attends at test time: its PrefixEncoder run once over all its
+    positions, without dropout (sentemb_forward's get_prompt in eval mode, models.py:374-379)."""
+    names = {k.removeprefix(OFFICIAL_PREFIX): v for k, v in state.items()}
+    missing = sorted(set(OFFICIAL_NAMES) - set(names))
+    if missing:
+        raise ValueError(f"the checkpoint's prefix encoder lacks {', '.join(OFFICIAL_PREFIX + m for m in missing)}: "
+                         "it is not DiffAug's prefix_projection PrefixEncoder")
+    positions, hidden = names["embedding.weight"].shape
+    prefix = PrefixEncoder(positions, hidden, layers)
+    prefix.load_state_dict({OFFICIAL_NAMES[k]: names[k].float() for k in OFFICIAL_NAMES})
+    with torch.no_grad():
+        return prefix()

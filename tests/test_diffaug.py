@@ -149,3 +149,39 @@ def test_an_exported_diffaug_model_is_evaluated_with_no_flags_and_refused_by_exp
     assert result["sts"]["STSBenchmark"]["test"] == pytest.approx(direct["test"])
     with pytest.raises(ValueError, match="learned prefix"):
         export_sentence_transformers(model_dir, tmp_path / "st")
+
+
+def test_an_official_bertforcl_checkpoint_loads_with_its_prefix(tiny_bert, tmp_path):
+    """The authors' released models are BertForCL state dicts (bert.*, mlp.*, sup_classifier.*, prefix_encoder.*
+    with the official names): the kit evaluates the encoder with the prefix its PrefixEncoder produces."""
+    from cse_kit.models import load_model
+    from cse_kit.papers.released import lookup
+    from cse_kit.prefix import PrefixedEncoder
+
+    tokenizer, bert = tiny_bert
+    hidden, layers, positions = bert.config.hidden_size, bert.config.num_hidden_layers, 16
+    g = torch.Generator().manual_seed(3)
+    official = {"prefix_encoder.embedding.weight": torch.randn(positions, hidden, generator=g),
+                "prefix_encoder.trans1.0.weight": torch.randn(hidden, hidden, generator=g) / 8,
+                "prefix_encoder.trans1.0.bias": torch.randn(hidden, generator=g),
+                "prefix_encoder.trans1.2.weight": torch.randn(2 * layers * hidden, hidden, generator=g) / 8,
+                "prefix_encoder.trans1.2.bias": torch.randn(2 * layers * hidden, generator=g),
+                "mlp.dense.weight": torch.randn(hidden, hidden, generator=g), "mlp.dense.bias": torch.zeros(hidden),
+                "sup_classifier.weight": torch.randn(2, 3 * hidden, generator=g), "sup_classifier.bias": torch.zeros(2),
+                **{f"bert.{k}": v for k, v in bert.state_dict().items()}}
+    folder = tmp_path / "diffaug-semisup"
+    folder.mkdir()
+    torch.save(official, folder / "pytorch_model.bin")
+    bert.config.architectures = ["BertForCL"]
+    bert.config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    _, model = load_model(str(folder))
+    assert isinstance(model, PrefixedEncoder)
+    state = model.encoder.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in bert.state_dict().items() if k in state)
+    e = official["prefix_encoder.embedding.weight"]
+    first = torch.tanh(e @ official["prefix_encoder.trans1.0.weight"].T + official["prefix_encoder.trans1.0.bias"])
+    table = first @ official["prefix_encoder.trans1.2.weight"].T + official["prefix_encoder.trans1.2.bias"]
+    torch.testing.assert_close(model.prefix, table)
+    assert lookup("Tianduo/diffaug-semisup-bert-base-uncased")["pooler"] == "prompt_mask"
+    assert lookup("Tianduo/diffaug-sup-bert-base-uncased")["pooler"] == "prompt_mask"

@@ -55,7 +55,11 @@ class DiffAug(nn.Module):
         self.prefix_len, self.temp, self.aux_weight = prefix_len, temp, aux_weight
         self.denoise, self.denoise_offset, self.stage1_clip = denoise, denoise_offset, stage1_clip
         init_std = getattr(config, "initializer_range", 0.02)
-        self.prefix_encoder = PrefixEncoder(2 * prefix_len, config.hidden_size, config.num_hidden_layers, init_std)
+        # initialised as the official cl_init leaves every part (init_weights(), models.py:145: BERT's
+        # _init_weights, N(0, initializer_range) weights and embeddings, zero biases)
+        self.prefix_encoder = init_like_official(
+            PrefixEncoder(2 * prefix_len, config.hidden_size, config.num_hidden_layers), init_std)
+        nn.init.normal_(self.prefix_encoder.embedding.weight, std=init_std)
         # the official code applies the encoder's hidden dropout to the produced key/values (models.py:62, 421)
         self.prefix_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.mlp = init_like_official(MLPProjector(config.hidden_size), init_std) if mlp else nn.Identity()
@@ -72,6 +76,15 @@ class DiffAug(nn.Module):
     def stage1_parameters(self) -> list[nn.Parameter]:
         """What stage 1 trains (the official optimizer2, trainers.py:262-276): the prefixes and the classifier."""
         return [*self.prefix_encoder.parameters(), *self.classifier.parameters()]
+
+    def stage1_state(self) -> dict[str, torch.Tensor]:
+        """What stage 1 produced, saved at the stage boundary: the prefix table (2l, layers * 2 * hidden), without
+        dropout, and the classifier (DiffAug's Figure 3 measures the prefixes against the frozen encoder)."""
+        with torch.no_grad():
+            table = self.prefix_encoder()
+        return {"prefix": table.detach().float().cpu().contiguous(),
+                **{f"classifier.{k}": v.detach().float().cpu().contiguous()
+                   for k, v in self.classifier.state_dict().items()}}
 
     def clipped_parameters(self) -> list[nn.Parameter]:
         """Whose gradient norm is clipped in the current stage."""

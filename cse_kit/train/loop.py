@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from ..data import unverified_reads
 from ..data.registry import ORDERED_CORPORA
@@ -40,6 +41,8 @@ class RunStateError(ValueError):
     """A run folder's files cannot be resumed from; the message names the file and the fix."""
 
 
+#: The state a two-stage method has at the end of its first stage, saved in the run folder.
+STAGE1_FILE = "stage1.safetensors"
 #: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
 NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint")
 
@@ -311,6 +314,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                       **({"stage": stage} if first_stage else {}), **{k: float(v.detach()) for k, v in out.items()}}
             log(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
+        if step == first_stage and accelerator.is_main_process:  # what the first stage learnt (DiffAug Figure 3)
+            save_file(unwrapped.stage1_state(), str(run / STAGE1_FILE))
         if step % cfg.eval_steps == 0 or step == total:
             t = time.perf_counter()
             test_model = _test_model(accelerator.unwrap_model(objective))
