@@ -226,6 +226,59 @@ def test_word_repetition_keeps_the_pieces_of_a_word_together(tok):
     assert set(repeated) == set(range(len(words)))  # every word, whatever its number of pieces
 
 
+UNK_SENTENCES = ["☃ is a snowman", "the ☃ melted in the sun today", "she drew a small ☃"]  # ☃: [UNK] first, inside, last
+
+
+def _unk_rate(pieces, sampling, level, rate=0.32):
+    """P([UNK] is repeated in one draw) under the rule, analytically. Sub-words: the official train.py:516-518,
+    add_len = randrange(min(10, int(rate * L))) positions from random.sample(range(1, L-1), add_len), L counting
+    [CLS]/[SEP]; the paper, dup_len ~ U{0..max(2, int(rate * N))} (capped at N) uniform over the N = L - 2 sub-words.
+    Words (## pieces join the word before): the paper over the W words; the official train.py:461-476,
+    randrange(min(10, W, max(2, int(rate * W)))) words from range(0, W-1), never the last word."""
+    inner = pieces[1:-1]
+    if level == "subword":
+        units, at = len(inner), inner.index("[UNK]")
+    else:
+        starts = [i for i, t in enumerate(inner) if not t.startswith("##")]
+        units, at = len(starts), starts.index(inner.index("[UNK]"))
+    if sampling == "paper":
+        top = min(units, max(2, math.floor(rate * units)))
+        return top / 2 / units
+    if level == "subword":
+        return (min(10, math.floor(rate * len(pieces))) - 1) / 2 / units
+    top = min(10, units, max(2, math.floor(rate * units))) - 1
+    return top / 2 / (units - 1) if at < units - 1 else 0.0
+
+
+@pytest.mark.parametrize("sampling,level", [("paper", "subword"), ("official", "subword"), ("paper", "word"),
+                                            ("official", "word")])
+def test_unk_is_repeated_like_any_sub_word_and_cls_sep_padding_never(tok, sampling, level):
+    """Only [CLS], the final [SEP] and padding are out of the official range(1, input_len-1); [UNK] is a
+    sub-word (and a word) like the rest, at the start, inside and at the end of a sentence."""
+    times = 2000
+    sentences = UNK_SENTENCES + ["a longer sentence that pads the three others in this batch"]
+    batch = tok(sentences, padding=True, return_tensors="pt")
+    assert (batch["attention_mask"][:3] == 0).any()  # the [UNK] sentences are padded
+    ids, mask = batch["input_ids"].repeat(times, 1), batch["attention_mask"].repeat(times, 1)
+    torch.manual_seed(0)
+    extender = LengthExtender(tok, dup_rate=0.32, level=level, sampling=sampling, seed=42)
+    out, out_mask, _ = extender(ids, mask, torch.arange(len(ids)))
+    repeated = Counter()
+    for r in range(len(ids)):
+        n, row = int(mask[r].sum()), out[r, :int(out_mask[r].sum())].tolist()
+        assert row[0] == tok.cls_token_id and row.count(tok.cls_token_id) == 1  # [CLS] never repeated
+        assert row[-1] == tok.sep_token_id and row.count(tok.sep_token_id) == 1  # nor the final [SEP]
+        assert tok.pad_token_id not in row and (out[r, len(row):] == tok.pad_token_id).all()  # nor padding
+        repeated[r % len(sentences)] += row.count(tok.unk_token_id) - ids[r, :n].tolist().count(tok.unk_token_id)
+    for k, sentence in enumerate(UNK_SENTENCES):
+        p = _unk_rate(tok.convert_ids_to_tokens(tok(sentence)["input_ids"]), sampling, level)
+        assert abs(repeated[k] - times * p) <= 5 * math.sqrt(times * p * (1 - p)) + 1e-9, (sentence, repeated[k])
+    if sampling == "official" and level == "word":
+        assert repeated[2] == 0  # [UNK] is the last word: never, as the official word path
+    else:
+        assert all(repeated[k] > 0 for k in range(3))
+
+
 def test_insertions_of_table_5(tok):
     ids = _row(12)
     torch.manual_seed(0)

@@ -431,8 +431,9 @@ def test_released_checkpoints(values):
         assert entry["pooler"] is None and entry["reason"], entry
         _check_release(entry, values)
     papers = [c["paper"] for c in released["checkpoints"]]
-    assert {p: papers.count(p) for p in set(papers)} == {"simcse": 4, "diffcse": 4, "scd": 2, "esimcse": 4}
-    assert {c["paper"] for c in released["not_evaluable"]} == {"diffaug"}
+    assert {p: papers.count(p) for p in set(papers)} == {"simcse": 4, "diffcse": 4, "scd": 2, "esimcse": 4,
+                                                         "diffaug": 2}
+    assert released["not_evaluable"] == []  # DiffAug's BertForCL checkpoints load with their prefix (prompt_mask)
 
 
 def test_authors_numbers_agree_with_the_paper_but_scd_bert_transfer():

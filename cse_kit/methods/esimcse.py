@@ -35,8 +35,8 @@ CHOICES = {
         "masked_prediction": "insert [MASK] after each selected unit, replaced by the MLM generator's top-1 (Table 5)",
         "none": "no length extension: the positive is the sentence itself, as SimCSE (Tables 4, 6)"},
     "dup_sampling": {
-        "paper": "dup_len ~ U{0..min(N, max(2, floor(dup_rate*N)))}, N = units excluding specials, re-drawn every "
-                 "time a sentence is seen (Eq. 3-4)",
+        "paper": "dup_len ~ U{0..min(N, max(2, floor(dup_rate*N)))}, N = units between the first and the final "
+                 "token, re-drawn every time a sentence is seen (Eq. 3-4)",
         "official": "once per sentence for the whole run (seeded by seed and example index); dup_len ~ "
                     "U{0..min(10, floor(dup_rate*len)) - 1}, len counting [CLS]/[SEP] (official train.py)"},
     "momentum_init": {"encoder": "the momentum encoder starts as a copy of the encoder (paper)",
@@ -77,26 +77,27 @@ def single_token_ids(tokenizer, words) -> list[int]:
 
 
 class LengthExtender:
-    """Builds ESimCSE's positive from token ids: picks dup_len units (sub-words or words) among the real
-    non-special tokens, uniformly without replacement, and extends the sentence after each (repetition, or an
-    inserted stop-word / [MASK]). Truncated to `max_length` keeping the final special token; padded to the batch."""
+    """Builds ESimCSE's positive from token ids: picks dup_len units (sub-words or words) among the tokens between
+    the first ([CLS] / <s>) and the final ([SEP] / </s>) of each row, padding excluded, uniformly without
+    replacement, and extends the sentence after each (repetition, or an inserted stop-word / [MASK]). These are the
+    official `range(1, input_len-1)` (train.py:518): a special id inside the sentence, [UNK] above all, is a
+    sub-word like the rest. Truncated to `max_length` keeping the final special token; padded to the batch."""
 
     def __init__(self, tokenizer, *, dup_rate: float, level: str = "subword", extension: str = "repetition",
                  sampling: str = "paper", seed: int = 0, max_length: int | None = None):
         self.dup_rate, self.level, self.extension, self.sampling = dup_rate, level, extension, sampling
         self.seed, self.max_length = seed, max_length
-        self.special = set(tokenizer.all_special_ids)
         self.pad_id, self.mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
         self.continues = word_continuation(tokenizer) if level == "word" else None
         self.stop_ids = single_token_ids(tokenizer, STOP_WORDS) if extension == "stopword" else None
 
     def units(self, ids: list[int]) -> list[tuple[int, int]]:
-        """[start, end) spans of the selectable units: each real non-special token, or each word (a word starts
-        at a token that does not continue one, or right after a special token)."""
+        """[start, end) spans of the selectable units in one unpadded row: each token at positions 1..len-2 (the
+        official range(1, input_len-1): never the first token nor the final one), or each word among them (a word
+        starts at position 1 or at a token that does not continue one)."""
         spans = []
-        for i, token in enumerate(ids):
-            if token in self.special:
-                continue
+        for i in range(1, len(ids) - 1):
+            token = ids[i]
             joins = self.continues is not None and self.continues[token] and spans and spans[-1][1] == i
             if joins:
                 spans[-1] = (spans[-1][0], i + 1)
