@@ -87,13 +87,14 @@ def test_each_term_alone_is_its_weighted_formula(tok):
 
 
 def test_forward_encodes_view_zero_at_each_rate_with_cls_before_pooler(tok):
-    """Rates 0 and 0: both views are the encoder's [CLS] of the sentence, so the loss is the formula on it."""
+    """Rates 0 and 0: both views are the encoder's [CLS] of the sentence without dropout, so the loss is the formula
+    on it (the reference pass runs the encoder in eval mode: its own dropout rate is 0.1)."""
     model = SCD(_tiny(tok), dropout_low=0.0, dropout_high=0.0, projector="48-40-24").train()
     batch = _views(tok, SENTENCES)
     out = model(batch)
     b = tok(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
-        h = model.encoder(**b).last_hidden_state[:, 0]
+        h = model.encoder.eval()(**b).last_hidden_state[:, 0]
         total, _, _ = _formula(model, h, h, temp=1.0, weights=(1.0, 0.005), lam=0.013)
     assert float(out["loss"]) == pytest.approx(total, rel=1e-4)
     assert float(out["cosine"]) == pytest.approx(1.0, abs=1e-5)
@@ -117,6 +118,20 @@ def test_projector_is_the_papers_layer_list():
     model = SCD(BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=64)), projector="64-64-96")
     assert not model.bn.affine and model.bn.num_features == 96
+
+
+def test_projector_starts_from_the_official_init(tok):
+    """The official cl_init calls init_weights() after building the projector (scd/models.py:110-135, 379): every
+    Linear weight N(0, initializer_range), every bias zero, BatchNorm untouched (torch's default was Kaiming-uniform:
+    std 0.0208 for the first 4096-wide layer, 0.0090 for the others, biases up to 0.036)."""
+    torch.manual_seed(0)
+    model = SCD(_tiny(tok, initializer_range=0.05), projector="512-512-512")
+    linears = [m for m in model.projector if isinstance(m, nn.Linear)]
+    for layer in linears:
+        assert abs(float(layer.weight.std()) - 0.05) < 0.002 and abs(float(layer.weight.mean())) < 0.002
+    assert linears[0].bias is not None and not linears[0].bias.any()
+    for norm in (m for m in model.projector if isinstance(m, nn.BatchNorm1d)):
+        assert (norm.weight == 1).all() and not norm.bias.any()
 
 
 class _DropoutMeter:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..eval.encode import check_pooler, pool
-from .contrastive import gather_with_grad
+from .contrastive import gather_with_grad, init_like_official
 
 TERMS = {"both": "L_S + L_C (the method)", "self_contrast": "L_S only (Table 3, 'SCD (L_S)')",
          "decorrelation": "L_C only (Table 3, 'SCD (L_C)')"}
@@ -131,7 +131,9 @@ class SCD(nn.Module):
         self.lam, self.temp = lam, temp
         widths = parse_widths(projector)
         if terms != "self_contrast":  # without L_C the projector would be a parameter without gradient (DDP refuses)
-            self.projector = SCDProjector(encoder.config.hidden_size, widths)
+            # the official cl_init builds the projector, then init_weights() (scd/models.py:110-135, 379)
+            self.projector = init_like_official(SCDProjector(encoder.config.hidden_size, widths),
+                                                getattr(encoder.config, "initializer_range", 0.02))
             self.bn = nn.BatchNorm1d(widths[-1], affine=False)
 
     @classmethod
