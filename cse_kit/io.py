@@ -10,13 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def write_text_atomic(path, text: str) -> Path:
+def write_bytes_atomic(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide reports and records from other users
@@ -25,6 +25,17 @@ def write_text_atomic(path, text: str) -> Path:
         os.unlink(tmp)
         raise
     return path
+
+
+def write_text_atomic(path, text: str) -> Path:
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_tensors_atomic(path, tensors: dict) -> Path:
+    """A safetensors file of `tensors` (name -> CPU tensor)."""
+    from safetensors.torch import save
+
+    return write_bytes_atomic(path, save(tensors))
 
 
 def write_json_atomic(path, obj) -> Path:

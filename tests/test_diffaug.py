@@ -185,3 +185,48 @@ def test_an_official_bertforcl_checkpoint_loads_with_its_prefix(tiny_bert, tmp_p
     torch.testing.assert_close(model.prefix, table)
     assert lookup("Tianduo/diffaug-semisup-bert-base-uncased")["pooler"] == "prompt_mask"
     assert lookup("Tianduo/diffaug-sup-bert-base-uncased")["pooler"] == "prompt_mask"
+
+
+@pytest.mark.parametrize("stepping", ["first stage", "main"])
+def test_fp16_clipping_unscales_a_parameter_of_both_optimizers_once(stepping):
+    """DiffAug's prefixes are in both optimizers; Accelerate's clip_grad_norm_ unscaled every prepared optimizer, so
+    under fp16 they reached AdamW at 2^-16 of their gradient. Only the stepping optimizer is unscaled now; a
+    parameter outside it keeps its scaled gradient, as the official stage 1 (unscale optimizer2, clip everything)."""
+    from cse_kit.train.loop import clip_gradients
+
+    shared, encoder = torch.nn.Parameter(torch.tensor([1.0, -2.0])), torch.nn.Parameter(torch.tensor([3.0]))
+    main, first = torch.optim.AdamW([shared, encoder]), torch.optim.AdamW([shared])
+    scale = 2.0 ** 16
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    scaler.scale((shared ** 2).sum() + (encoder ** 2).sum()).backward()
+    clip_gradients(scaler, first if stepping == "first stage" else main, [shared, encoder], max_norm=1e12)
+    assert torch.equal(shared.grad, 2 * shared.detach())
+    assert torch.equal(encoder.grad, 2 * encoder.detach() * (scale if stepping == "first stage" else 1))
+
+
+def test_a_stage1_longer_than_the_main_stage_is_warned_of(data_dir, tmp_path):
+    """Both schedules are sized to the main stage (the official trainer): past its length stage 1's lr is 0."""
+    cfg = _cfg(data_dir, tmp_path, "diffaug-semi-bert", stage1_steps=3, max_steps=2, eval_steps=100)
+    with pytest.warns(UserWarning, match="stage1_steps 3 exceed the main stage's 2 steps"):
+        train(cfg, progress=False)
+    lrs = [r["lr"] for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+           if r.get("stage") == 1]
+    assert lrs[-1] == 0.0
+
+
+@pytest.mark.slow
+def test_semi_supervised_diffaug_trains_all_minilm_on_the_cpu_profile(data_dir, tmp_path):
+    """A real run (about 1.5 min here): all-MiniLM-L6-v2, 8 stage-1 steps on SNLI triplets, 16 contrastive steps on the
+    Wiki1M sample with the auxiliary loss; stage 2 improves STS-B dev, and the export is evaluated with no flags."""
+    from cse_kit.eval import DevEvaluator
+    from cse_kit.models import load_model
+
+    cfg = build_config("diffaug-semi-aux-bert", "cpu", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir)})
+    summary = train(cfg, progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    dev = [r["dev"]["stsb_spearman"] for r in log if "dev" in r]
+    assert summary["steps"] == 8 + 16 and summary["best"] == max(dev) > dev[0] + 5
+    tokenizer, model = load_model(str(tmp_path / "run" / "model"))
+    meta = json.loads((tmp_path / "run" / "model" / "cse_kit.json").read_text())
+    again = DevEvaluator(tokenizer, meta["pooler"], str(data_dir), template=meta["template"])(model)
+    assert again["stsb_spearman"] == pytest.approx(summary["best"], abs=1e-3)

@@ -25,6 +25,8 @@ def test_every_preset_runs_on_the_smoke_profile(preset, data_dir, tmp_path):
     run = tmp_path / "run"
     assert summary["steps"] == 8 and summary["best_step"] == 8
     assert 0 < summary["best"] <= 100
+    peak_gpu = summary["peak_gpu_memory_bytes"]  # measured on CUDA only
+    assert summary["peak_rss_bytes"] > 0 and (peak_gpu > 0 if torch.cuda.is_available() else peak_gpu is None)
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if "loss" in r]
     assert len(losses) == 4 and all(np.isfinite(losses))
@@ -33,7 +35,9 @@ def test_every_preset_runs_on_the_smoke_profile(preset, data_dir, tmp_path):
     if PRESETS[preset][1]["method"] == "scd":
         assert all(-1 <= r["cosine"] <= 1 and r["decorrelation"] >= 0 for r in log if "loss" in r)
     meta = json.loads((run / "model" / "cse_kit.json").read_text())
-    assert meta["method"] == PRESETS[preset][1]["method"] and meta["pooler"] == "cls_before_pooler"
+    # supervised SimCSE exports its MLP as BERT's pooler (keep_projector), read with `cls`
+    pooler = "cls" if PRESETS[preset][1].get("keep_projector") else "cls_before_pooler"
+    assert meta["method"] == PRESETS[preset][1]["method"] and meta["pooler"] == pooler
     assert meta["profile"] == "smoke" and meta["preset"] == preset
     assert train(_cfg(data_dir, tmp_path, preset), progress=False) == summary  # finished: returned, not retrained
 

@@ -105,6 +105,9 @@ class TrainConfig:
     prefix_len: int = 8  # l: positions of each of the two prefixes (the official --prefix_len is 2l)
     stage1_steps: int = 0  # stage 1 (prefix-tuning on NLI, encoder frozen) before the contrastive stage
     stage1_lr: float = 1e-3  # its learning rate (official --sup_learning_rate)
+    # k > 0: the stage-1 state (prefix table, classifier) saved every k stage-1 steps and at the last one, under
+    # <run>/stage1/ (DiffAug Figure 3: cse_kit.eval.prefix_dynamics); 0: none
+    stage1_snapshot_steps: int = 0
     aux_weight: float = 0.0  # α of the auxiliary NLI cross-entropy in stage 2 (0: none)
     denoise: bool = True  # template denoising in stage 2 (official --apply_template_delta_train)
     nli_data: str | None = None  # NLI triplets for stage 1 and the auxiliary loss (NLI; SNLI-triplets offline)
@@ -166,6 +169,10 @@ class TrainConfig:
         need(self.max_seq_length >= 1, f"max_seq_length must be >= 1, got {self.max_seq_length}")
         need(self.prefix_len >= 1, f"prefix_len must be >= 1, got {self.prefix_len}")
         need(self.stage1_steps >= 0, f"stage1_steps must be >= 0, got {self.stage1_steps}")
+        need(self.stage1_snapshot_steps >= 0, f"stage1_snapshot_steps must be >= 0 (0: no snapshots), got "
+             f"{self.stage1_snapshot_steps}")
+        need(not self.stage1_snapshot_steps or self.stage1_steps, "stage1_snapshot_steps saves snapshots of stage "
+             "1: set stage1_steps > 0 (a two-stage method, DiffAug), or stage1_snapshot_steps=0")
         need(self.stage1_lr > 0 and self.aux_weight >= 0, "stage1_lr must be positive and aux_weight >= 0")
         need(self.nli_batch_size >= 2, f"nli_batch_size must be >= 2, got {self.nli_batch_size}")
         need(0 < self.nli_fraction <= 1, f"nli_fraction must be in (0, 1], got {self.nli_fraction}")

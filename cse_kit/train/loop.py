@@ -14,17 +14,19 @@ import logging
 import math
 import os
 import shutil
+import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from ..data import unverified_reads
 from ..data.registry import ORDERED_CORPORA
 from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
-from ..io import recover_dir, swap_dir, write_json_atomic
+from ..eval.prefix_dynamics import snapshot_path
+from ..io import recover_dir, swap_dir, write_json_atomic, write_tensors_atomic
 from ..models import load_model
 from ..prompt import Template
 from .config import TrainConfig
@@ -44,7 +46,8 @@ class RunStateError(ValueError):
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
 #: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
-NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint")
+NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
+                "stage1_snapshot_steps")
 
 
 def _mixed_precision(setting: str) -> str:
@@ -147,15 +150,19 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available(),
                               kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
+    if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
+        torch.cuda.reset_peak_memory_stats(accelerator.device)
     seed = rank_seed(cfg.seed, accelerator.process_index)
     set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
     template = Template(tokenizer, cfg.template) if cfg.template else None
     with accelerator.main_process_first():
-        examples = load_examples(cfg.data, cfg.data_dir, cfg.max_examples)
-        if is_nli(cfg.data):  # a label fraction takes the same triplets for every use of NLI in the run
-            examples = subsample_examples(examples, cfg.nli_fraction, cfg.nli_subset)
+        if is_nli(cfg.data):  # a label fraction is of the whole set (then capped), as every use of NLI in the run
+            examples = subsample_examples(load_examples(cfg.data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
+            examples = examples[:cfg.max_examples] if cfg.max_examples else examples
+        else:
+            examples = load_examples(cfg.data, cfg.data_dir, cfg.max_examples)
         dataset = tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
         nli = _nli_dataset(cfg, tokenizer, template)
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
@@ -169,6 +176,10 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     if not main_steps:
         raise ValueError(f"gradient_accumulation {accumulation} needs more than {batches.steps_per_epoch} batches")
     first_stage = cfg.stage1_steps if hasattr(objective, "stage1_parameters") else 0
+    if first_stage > main_steps:
+        warnings.warn(f"stage1_steps {first_stage} exceed the main stage's {main_steps} steps: both schedules are "
+                      f"sized to the main stage (as the official DiffAug trainer), so stage 1 runs at learning "
+                      f"rate 0 after step {main_steps}", stacklevel=2)
     total = first_stage + main_steps
     objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
     params = [p for p in objective.parameters() if p.requires_grad]
@@ -266,6 +277,11 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             broadcast_object_list(due, from_process=0)
         return due[0]
 
+    def snapshot_due(step: int) -> bool:
+        """A stage-1 step after which its state is saved: every stage1_snapshot_steps and the last."""
+        every = cfg.stage1_snapshot_steps
+        return bool(every) and step <= first_stage and (step % every == 0 or step == first_stage)
+
     def check_loss() -> None:
         """The first non-finite loss is kept on the device and read here, at log, evaluation and checkpoint steps
         only: reading it every step would stall the GPU on every step."""
@@ -299,7 +315,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss.detach()), state["step"] + 1)
             accelerator.backward(loss)
         if cfg.max_grad_norm:
-            accelerator.clip_grad_norm_(unwrapped.clipped_parameters() if first_stage else params, cfg.max_grad_norm)
+            clip_gradients(accelerator.scaler, optimizers[current].optimizer,
+                           unwrapped.clipped_parameters() if first_stage else params, cfg.max_grad_norm)
         optimizers[current].step()
         schedulers[current].step()
         objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
@@ -307,15 +324,21 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         step = state["step"]
         state["seconds"]["train"] += time.perf_counter() - t
         bar.update(1)
-        if step % cfg.log_steps == 0 or step % cfg.eval_steps == 0 or step == total:
+        # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
+        logged = step % cfg.log_steps == 0 or step == total or snapshot_due(step)
+        if logged or step % cfg.eval_steps == 0:
             check_loss()
-        if step % cfg.log_steps == 0 or step == total:
+        if logged:
             record = {"step": step, "lr": schedulers[current].get_last_lr()[0],
                       **({"stage": stage} if first_stage else {}), **{k: float(v.detach()) for k, v in out.items()}}
             log(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
-        if step == first_stage and accelerator.is_main_process:  # what the first stage learnt (DiffAug Figure 3)
-            save_file(unwrapped.stage1_state(), str(run / STAGE1_FILE))
+        if (step == first_stage or snapshot_due(step)) and accelerator.is_main_process:  # DiffAug Figure 3
+            stage1_state = unwrapped.stage1_state()
+            if snapshot_due(step):
+                write_tensors_atomic(snapshot_path(run, step), stage1_state)
+            if step == first_stage:  # what the first stage learnt
+                write_tensors_atomic(run / STAGE1_FILE, stage1_state)
         if step % cfg.eval_steps == 0 or step == total:
             t = time.perf_counter()
             test_model = _test_model(accelerator.unwrap_model(objective))
@@ -343,13 +366,38 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
-               "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads()}
+               "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
+               **_peak_memory(accelerator)}
     if accelerator.is_main_process:
         write_json_atomic(summary_path, summary)
         if not cfg.keep_checkpoint:  # a finished run needs only its best model (a DiffCSE cpu run's was 611 MB)
             shutil.rmtree(checkpoint, ignore_errors=True)
     accelerator.wait_for_everyone()
     return summary
+
+
+def _peak_rss_bytes() -> int | None:
+    """The process's peak resident set size since it started (a run inside a longer process, a notebook or a test
+    session, includes what came before it), or None where the OS does not report it."""
+    if sys.platform == "win32":
+        return None
+    import resource  # POSIX only
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def _peak_memory(accelerator) -> dict:
+    """The summary's peak memory, the largest over the processes (bytes, None where not measurable): the GPU memory
+    tensors held since the run started or resumed (torch.cuda.max_memory_allocated; the caching allocator's reserve
+    and the CUDA context that nvidia-smi adds are not in it) and the peak resident set size."""
+    cuda = accelerator.device.type == "cuda"
+    gpu = torch.cuda.max_memory_allocated(accelerator.device) if cuda else None
+    rss = _peak_rss_bytes()
+    unknown = -1  # a tensor holds no None
+    peaks = torch.tensor([unknown if v is None else v for v in (gpu, rss)], device=accelerator.device)
+    gpu, rss = (None if v == unknown else v for v in accelerator.reduce(peaks, reduction="max").tolist())
+    return {"peak_gpu_memory_bytes": gpu, "peak_rss_bytes": rss}
 
 
 @contextlib.contextmanager
@@ -382,6 +430,17 @@ def _nli_dataset(cfg: TrainConfig, tokenizer, template):
         return None
     examples = subsample_examples(load_examples(cfg.nli_data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
     return tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
+
+
+def clip_gradients(scaler, optimizer: torch.optim.Optimizer, parameters, max_norm: float) -> torch.Tensor:
+    """Clip `parameters`' gradient norm to max_norm after unscaling the gradients of the optimizer that steps, once.
+    Accelerate's clip_grad_norm_ unscales every prepared optimizer: DiffAug's prefixes and classifier are in both
+    the main and the first-stage optimizer, so under fp16 their gradients were divided by the loss scale twice
+    (2^-16 of their value). Gradients of parameters outside `optimizer` stay scaled, as in the official DiffAug
+    stage 1, which unscales its optimizer2 and clips every parameter (trainers.py:615-618)."""
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 
 def _step_batch(batches, nli_batches, step: int, first_stage: int, micro: int, accumulation: int, *,
