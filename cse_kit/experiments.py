@@ -256,17 +256,47 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None,
     cell = cell or (lambda row, column: (row.removesuffix(RELEASED_SUFFIX), column))
     out = []
     for label, group in long.groupby("row", sort=False):
-        ok = group[group.status == "ok"]
         for col in columns:
-            values = ok[col].dropna().to_numpy(float) if col in ok else np.array([])
             prow, pcol = cell(label, col)
             ref = (float(published.loc[prow, pcol]) if prow in published.index and pcol in published.columns
                    and published.loc[prow, pcol] is not None else math.nan)
-            mean = float(values.mean()) if len(values) else math.nan
-            out.append({"row": label, "column": col, "paper": ref, "mean": mean,
-                        "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
-                        "diff": mean - ref, "reason": "" if len(values) else "; ".join(sorted(set(group.reason)))})
+            ours = _over_seeds(group, col)
+            out.append(_line(label, col, ref, ours, ours["mean"] - ref))
     return pd.DataFrame(out)
+
+
+def _over_seeds(group: pd.DataFrame, column: str) -> dict:
+    """mean, std (ddof 1), n of one column over a row's finished runs, and why there are none."""
+    ok = group[group.status == "ok"]
+    values = ok[column].dropna().to_numpy(float) if column in ok else np.array([])
+    return {"mean": float(values.mean()) if len(values) else math.nan,
+            "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
+            "reason": "" if len(values) else "; ".join(sorted(set(group.reason)))}
+
+
+def _line(row: str, column: str, paper: float, ours: dict, diff: float) -> dict:
+    return {"row": row, "column": column, "paper": paper, "mean": ours["mean"], "std": ours["std"], "n": ours["n"],
+            "diff": diff, "reason": ours["reason"]}
+
+
+def unpublished(long: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """compare's layout for a figure whose paper gives no numbers (only a shape): mean ± std over seeds, paper NaN."""
+    return pd.DataFrame([_line(label, col, math.nan, _over_seeds(group, col), math.nan)
+                         for label, group in long.groupby("row", sort=False) for col in columns])
+
+
+def side_by_side(table: int | str, ours: dict[str, dict], paper_row=None, paper: str = "diffcse") -> pd.DataFrame:
+    """Values that are not measured over seeds (hyper-parameters, parameter counts: one each) beside the paper's,
+    in compare's layout. ours: row -> column -> value; paper_row(row) names the paper's row (default: the same)."""
+    published = paper_table(table, paper)
+    paper_row = paper_row or (lambda row: row)
+    lines = []
+    for row, values in ours.items():
+        for column, value in values.items():
+            ref = float(published.loc[paper_row(row), column])
+            lines.append({"row": row, "column": column, "paper": ref, "mean": float(value), "std": math.nan, "n": 1,
+                          "diff": float(value) - ref, "reason": ""})
+    return pd.DataFrame(lines)
 
 
 def sweep_cell(paper_row: str):

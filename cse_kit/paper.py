@@ -57,6 +57,16 @@ def paper_title(table: int | str, paper: str = "diffcse") -> str:
     return f"{PAPERS[paper_key(paper)]} Table {table}: {spec['title']} ({spec['metric']})"
 
 
+def paper_figure(figure: int | str, paper: str = "diffcse") -> dict:
+    """What a paper says of one figure: title, its plotted points where the text gives them, what it states (e.g.
+    DiffAug Figure 5's best stage-1 length), notes."""
+    figures = paper_spec(paper).get("figures", {})
+    if str(figure) not in figures:
+        raise KeyError(f"{PAPERS[paper_key(paper)]} Figure {figure} is not in {VALUES_DIR / (paper_key(paper) + '.json')}"
+                       f"; figures: {', '.join(figures)}")
+    return figures[str(figure)]
+
+
 def paper_examples(table: int | str, paper: str = "diffcse") -> dict:
     """Non-numeric tables (DiffCSE Table 9: queries and the sentences each model retrieved)."""
     return paper_spec(paper)["examples"][str(table)]

@@ -50,6 +50,50 @@ def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool
     return fig
 
 
+def series(comparison: pd.DataFrame, xlabel: str, title: str):
+    """Several rows over the same swept columns (DiffAug Tables 2 and 7: methods over label fractions): one panel for
+    the paper's lines and one for ours, side by side, each with its own axis (a cpu or smoke profile lies far from
+    the paper's level), the same colour for a row in both."""
+    fig, (paper_ax, ours_ax) = plt.subplots(1, 2, figsize=(10, 3.6))
+    columns = list(dict.fromkeys(comparison["column"]))
+    x = np.arange(len(columns))
+    for i, (row, part) in enumerate(comparison.groupby("row", sort=False)):
+        part = part.set_index("column").reindex(columns)
+        colour = plt.cm.tab10(i % 10)
+        paper_ax.plot(x, part["paper"].to_numpy(float), color=colour, marker="s", linestyle="--", label=row)
+        ours_ax.errorbar(x, part["mean"].to_numpy(float), yerr=np.nan_to_num(part["std"].to_numpy(float)),
+                         color=colour, marker="o", capsize=4, label=row)
+    for ax, name in ((paper_ax, "paper"), (ours_ax, "reproduced (mean ± std)")):
+        ax.set_xticks(x, columns)
+        ax.set_xlabel(xlabel)
+        ax.set_title(name)
+    ours_ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def two_axes(x: list, left: dict[str, list], right: dict[str, list], xlabel: str, title: str, reference=None):
+    """Two measures over the same x on twin y-axes, each labelled with its own name (DiffAug Figure 3: δ and κ; Figure
+    5: STS-B dev and the stage-1 loss); `reference` (label, value) draws a horizontal line on the left axis."""
+    fig, left_ax = plt.subplots(figsize=(6.5, 3.6))
+    right_ax = left_ax.twinx()
+    (left_name, left_values), = left.items()
+    (right_name, right_values), = right.items()
+    left_ax.plot(x, left_values, color="#0b6fbf", marker="o", label=left_name)
+    right_ax.plot(x, right_values, color="#c0392b", marker="s", linestyle="--", label=right_name)
+    if reference is not None:
+        left_ax.axhline(reference[1], color="#555555", linestyle=":", label=reference[0])
+    left_ax.set_xlabel(xlabel)
+    left_ax.set_ylabel(left_name, color="#0b6fbf")
+    right_ax.set_ylabel(right_name, color="#c0392b")
+    handles = left_ax.get_legend_handles_labels()[0] + right_ax.get_legend_handles_labels()[0]
+    left_ax.legend(handles=handles, fontsize=8, loc="best")
+    left_ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def bars(comparison: pd.DataFrame, column: str, title: str):
     """Paper vs reproduced for one column of a table, one pair of bars per row that ran."""
     part = comparison[(comparison.column == column)]

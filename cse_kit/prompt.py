@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import torch
 
-#: PromptBERT's BERT template (its id "00", DiffAug utils.py:73 and evaluation.py:45); *sent0* is the sentence,
+#: PromptBERT's BERT template (its id "00", DiffAug utils.py:39 and evaluation.py:45); *sent0* is the sentence,
 #: *mask* the tokenizer's mask token
 PROMPTBERT_BERT = 'This sentence of "*sent0*" means*mask*.'
 
 
 class Template:
     """A hard template for one tokenizer: `before` ([CLS] + the words before the sentence) and `after` (the words
-    after it, the mask token among them, + [SEP]), as the official get_encoded_bs_and_es (DiffAug utils.py:96-120)."""
+    after it, the mask token among them, + [SEP]), as the official get_encoded_bs_and_es (DiffAug utils.py:64-86)."""
 
     def __init__(self, tokenizer, text: str = PROMPTBERT_BERT):
         if text.count("*sent0*") != 1 or text.count("*mask*") != 1:

@@ -31,22 +31,13 @@ from IPython.display import display
 
 from cse_kit import experiments as ex
 from cse_kit.papers import diffcse
-from cse_kit.paper import paper_table
 
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 
-def side_by_side(table, ours):
-    paper = paper_table(table)
-    lines = [{"row": row, "column": col, "paper": float(paper.loc[row, col]), "mean": float(value), "std": float("nan"),
-              "n": 1, "diff": float(value) - float(paper.loc[row, col]), "reason": ""}
-             for row, values in ours.items() for col, value in values.items()]
-    return pd.DataFrame(lines)
-
-
 # %%
-hparams = pd.concat([side_by_side(12, diffcse.hyperparameter_rows("sts")).assign(table="12 (STS)"),
-                     side_by_side(13, diffcse.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
+hparams = pd.concat([ex.side_by_side(12, diffcse.hyperparameter_rows("sts")).assign(table="12 (STS)"),
+                     ex.side_by_side(13, diffcse.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
 hparams["row"] = hparams["table"] + ": " + hparams["row"]
 hparams = hparams.drop(columns="table")
 display(ex.show(hparams, "Tables 12-13: presets vs paper", tolerance=0.0))
@@ -54,7 +45,7 @@ display(ex.show(hparams, "Tables 12-13: presets vs paper", tolerance=0.0))
 # %%
 counts = diffcse.parameter_table(s.profile)
 millions = {m: {b: (v / 1e6 if isinstance(v, int) else float("nan")) for b, v in per.items()} for m, per in counts.items()}
-table14 = side_by_side(14, millions)
+table14 = ex.side_by_side(14, millions)
 table14["reason"] = [counts[r.row][r.column] if isinstance(counts[r.row][r.column], str) else ""
                      for r in table14.itertuples()]
 display(ex.show(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0))

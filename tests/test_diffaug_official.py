@@ -4,9 +4,9 @@ independent float64 restatement of the official code (TianduoWang/DiffAug@e6292b
 Restated here, without calling the kit:
   * diffaug/models.py:20-48 PrefixEncoder (prefix_projection), :51-63 get_prompt, :70-79 MLPLayer, :96-129 get_delta,
     :148-337 cl_forward (stage "1" and "2": the prefix attention masks of :194-229 with their reshape order, [MASK]
-    pooling :245-248, template denoising :268-286, MLP :288-291, InfoNCE :327-336, the [u; v; |u-v|] classifier
-    :314-325 and :338-349 for the auxiliary loss), :355-405 sentemb_forward;
-  * utils.py:71-74 TEMPLATES["00"], :96-120 get_encoded_bs_and_es; train.py:609-617 (the sentence's sub-words cut
+    pooling :249-250, template denoising :269-284, MLP :286-289, InfoNCE :327-336, the [u; v; |u-v|] classifier
+    :314-325 and :338-349 for the auxiliary loss), :359-405 sentemb_forward;
+  * utils.py:38-41 TEMPLATES["00"], :64-86 get_encoded_bs_and_es; train.py:609-617 (the sentence's sub-words cut
     to max_seq_length, wrapped in enc_bs / enc_es, right-padded); evaluation.py:44-50 and :79-94 (the batcher:
     the template filled with text, tokenized whole, sent_emb=True);
   * transformers 4.15's BertModel with legacy tuple past_key_values (not installable here): keys/values of the
@@ -139,7 +139,7 @@ TEMPLATE_00 = '*cls*_This_sentence_of_"*sent0*"_means*mask*.*sep+*'
 
 
 def get_encoded_bs_and_es(template, tokenizer):
-    """utils.py:96-120 (BERT: no strip of the leading blank): ([CLS] + enc_bs, enc_es + [SEP], enc_template)."""
+    """utils.py:64-86 (BERT: no strip of the leading blank): ([CLS] + enc_bs, enc_es + [SEP], enc_template)."""
     templt = template.replace('*mask*', tokenizer.mask_token).replace('*sep+*', '').replace('*cls*', '') \
         .replace('*sent0*', ' ').split(" ")
     bs = templt[0].replace('_', ' ')
@@ -181,7 +181,7 @@ class Official:
         pe = self.kit.prefix_encoder
         return _linear(torch.tanh(_linear(pe.embedding.weight[prefix], pe.projection[0])), pe.projection[2])
 
-    # models.py:70-79 (MLPLayer.dense = the kit's mlp[0])
+    # models.py:67-80 (MLPLayer.dense = the kit's mlp[0])
     def mlp(self, x):
         return torch.tanh(_linear(x, self.kit.mlp[0]))
 
@@ -306,7 +306,7 @@ class Official:
             loss = loss + aux_weight * self._nli(*sup_pooler_output.unbind(1))
         return loss, pooler_output
 
-    # models.py:355-405 with evaluation.py:79-94
+    # models.py:359-405 with evaluation.py:79-94
     def batcher(self, tokenizer, sentences):
         template = TEMPLATE_00.replace('*mask*', tokenizer.mask_token).replace('_', ' ') \
             .replace('*sep+*', '').replace('*cls*', '')

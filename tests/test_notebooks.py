@@ -62,6 +62,42 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     assert len(list((results_dir / "records").glob("*.json"))) == 2
 
 
+def test_diffaug_table8_single_alpha_and_table5_show_the_papers_values(tmp_path, data_dir, results_dir):
+    table = report.table_of(_run("diffaug_table8_aux_weight", tmp_path, data_dir, results_dir, aux_weight=0.001,
+                                 profile="smoke", seeds=[1]))
+    [row] = table["comparison"]
+    assert (row["row"], row["column"], row["paper"], row["n"]) == ("0.001", "STS-B dev.", 86.3, 1)
+    assert table["paper"] == "diffaug" and -100 < row["mean"] < 100
+    table = report.table_of(_run("diffaug_table5_hparams", tmp_path, data_dir, results_dir, profile="smoke"))
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert cells[("Semi-supervised w/o aux", "stage 1 training steps")]["mean"] == 2000
+    assert cells[("Semi-supervised w/o aux (official code)", "stage 1 training steps")]["diff"] == -500
+    assert cells[("Supervised (w/o aux) (smoke profile)", "stage 1 training steps")]["mean"] == 4
+
+
+def test_diffaug_figure3_measures_every_stage1_snapshot_of_the_run(tmp_path, data_dir, results_dir):
+    nb = _run("diffaug_figure3_dynamics", tmp_path, data_dir, results_dir, profile="smoke", seeds=[1],
+              stage1_steps=3, snapshot_steps=1, sentences=40)
+    table = report.table_of(nb)
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert {row for row, _ in cells} == {"1", "2", "3", "dropout (SimCSE)"}
+    assert all(cells[(k, "δ")]["n"] == 1 and cells[(k, "κ")]["mean"] > 0 for k in ("1", "2", "3"))
+    assert cells[("dropout (SimCSE)", "δ")]["mean"] > 0 and "40 STS-B dev sentences" in table["notes"][0]
+    assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,params,row,column", [
+    ("diffaug_table1_sts", {}, "DiffAug (ours) w/ aux loss", "Avg."),
+    ("diffaug_table2_7_label_fraction", {"fraction": 0.01}, "7: DiffAug (ours) (supervised)", "1%"),
+    ("diffaug_figure5_stage1_steps", {"stage1_steps": [2, 4]}, "4", "STS-B"),
+])
+def test_diffaug_notebooks_run_on_smoke(name, params, row, column, tmp_path, data_dir, results_dir):
+    table = report.table_of(_run(name, tmp_path, data_dir, results_dir, profile="smoke", seeds=[1], **params))
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert cells[(row, column)]["n"] == 1 and -100 < cells[(row, column)]["mean"] < 100
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,params,row", [
     ("table3_objective", {"variant": "DiffCSE use next sent. for x′"}, "DiffCSE use next sent. for x′"),
@@ -90,6 +126,11 @@ def test_ablation_notebooks_run_on_smoke(name, params, row, tmp_path, data_dir, 
     ("scd_table1_sts", {"recipe": "official-code"}, "BERT only"),
     ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),
     ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
+    ("diffaug_table1_sts", {"recipe": "nope"}, "unknown DiffAug recipe"),
+    ("diffaug_table2_7_label_fraction", {"fraction": 1.5}, r"label fractions lie in \(0, 1\]"),
+    ("diffaug_table2_7_label_fraction", {"recipe": "official-code"}, "BERT only"),
+    ("diffaug_table8_aux_weight", {"aux_weight": -0.1}, "α is a positive number"),
+    ("diffaug_figure5_stage1_steps", {"stage1_steps": [0, 4]}, "stage-1 lengths are positive integers"),
 ])
 def test_bad_parameters_fail_in_the_first_cell_before_training(name, params, message, tmp_path, data_dir):
     with pytest.raises(papermill.PapermillExecutionError, match=message):
