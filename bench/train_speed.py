@@ -1,13 +1,17 @@
 """Training throughput on this machine (issue: training engine).
 
-  python bench/train_speed.py [--steps 8] [--batch-size 64] [--methods simcse,diffcse,scd,esimcse,st] [--eval]
+  python bench/train_speed.py [--steps 8] [--batch-size 64] [--methods simcse,diffcse,scd,esimcse,diffaug,st] [--eval]
                               [--glibc-default]
 
 SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
 3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
 (Wiki1M sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike. Prints
 median sentences/s, DiffCSE's, SCD's and ESimCSE's measured cost over SimCSE beside their FLOP ratios, and (--eval)
-the share of wall time a dev evaluation every 125 steps takes.
+the share of wall time a dev evaluation every 125 steps takes. DiffAug (diffaug) is timed as its stage-1 step (NLI
+triplets through the prefixes, the official clipping over every gradient) and its stage-2 step (semi-supervised, with
+template denoising), beside a SimCSE step on the same sentences filled into the prompt template (PromptBERT-style
+encoding: about 8 more tokens per sentence); its FLOP ratio to a SimCSE step counts the encoder's matmuls per
+position, the denoising rows and the attention to the 2l prefix keys; peak memory is not measured on CPU here.
 """
 
 import argparse
@@ -21,6 +25,7 @@ from cse_kit.eval import DevEvaluator
 from cse_kit.models import resolve_reference
 from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
+from cse_kit.prompt import Template
 from cse_kit.train.loop import load_encoder
 
 
@@ -97,6 +102,23 @@ def projected_fraction(batch) -> float:
     return ((mask.sum() - mask.shape[0] * mask.shape[1]) / mask.numel()).item()
 
 
+def diffaug_flop_ratio(diffaug, plain_width: int, templated_width: int, batch, rows: int) -> float:
+    """Matmul FLOPs of a DiffAug stage-2 step over a SimCSE step on the same N sentences: both train the encoder on
+    2N sequences (SimCSE padded to plain_width, DiffAug to templated_width: the template's tokens replace [CLS] and
+    [SEP]); DiffAug adds the denoising rows (one empty template per distinct length and prefix, forward and
+    backward) and every position's attention to the 2l prefix keys (scores and values: 4 FLOPs per key and hidden
+    unit, per layer); the prefix MLP runs once per step over 2l positions (counted too)."""
+    config = diffaug.encoder.config
+    per_position = _nonembedding_params(diffaug.encoder)
+    lengths = batch["attention_mask"].sum(-1)
+    distinct = sum(len(torch.unique(lengths[:, v])) for v in range(lengths.shape[1]))
+    prefix_attention = 4 * 2 * diffaug.prefix_len * config.hidden_size * config.num_hidden_layers / 2
+    diffaug_positions = rows * templated_width + distinct * len(diffaug.template)
+    cost = diffaug_positions * (per_position + prefix_attention) + 2 * diffaug.prefix_len * _linear_params(
+        diffaug.prefix_encoder)
+    return cost / (rows * plain_width * per_position)
+
+
 class StepTimer:
     def __init__(self, objective, lr):
         self.objective = objective.train()
@@ -166,6 +188,8 @@ def main():
     p.add_argument("--glibc-default", action="store_true",
                    help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
     args = p.parse_args()
+    if "diffaug" in args.methods.split(","):
+        return diffaug_main(args)
     if not args.glibc_default:
         keep_freed_memory()  # as `cse-kit train` does on CPU; it applies to every method timed here alike
     chosen = set(args.methods.split(",")) | {"simcse"}
@@ -237,6 +261,57 @@ def main():
         for k in objectives:
             share = e / (e + 125 * med[k])
             print(f"  dev evaluation every 125 steps, {k}: {e:.1f} s per call = {100 * share:.1f}% of wall time")
+
+
+def diffaug_main(args) -> None:
+    """DiffAug's two steps beside SimCSE's, plain and on templated sentences, in alternating rounds."""
+    if not args.glibc_default:
+        keep_freed_memory()
+    simcse_cfg = build_config("simcse-bert", "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
+    cfg = build_config("diffaug-semi-bert-official", "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir,
+                                                             "mixed_precision": "no"})
+    torch.manual_seed(0)
+    tokenizer, encoder = load_encoder(cfg.model)
+    diffaug = build_objective(cfg, tokenizer, encoder)
+    simcse = build_objective(simcse_cfg, *load_encoder(simcse_cfg.model))
+    templated_simcse = build_objective(simcse_cfg, *load_encoder(simcse_cfg.model))
+    template = Template(tokenizer, cfg.template)
+    cache = tokenized_cache_dir(args.data_dir)
+    corpus = load_examples("Wiki1M-sample", args.data_dir)
+    plain = Batches(tokenize(corpus, tokenizer, 32, cache), args.batch_size, 0, tokenizer.pad_token_id)
+    prompted = Batches(tokenize(corpus, tokenizer, 32, cache, template), args.batch_size, 0, tokenizer.pad_token_id)
+    nli = Batches(tokenize(load_examples(cfg.nli_data, args.data_dir), tokenizer, 32, cache, template),
+                  args.batch_size, 0, tokenizer.pad_token_id)
+    steps = {"SimCSE": StepTimer(simcse, 3e-5), "SimCSE, templated input": StepTimer(templated_simcse, 3e-5),
+             "DiffAug stage 1": StepTimer(diffaug, 1e-3), "DiffAug stage 2": StepTimer(diffaug, 1e-5)}
+    times, ratios = {k: [] for k in steps}, []
+    for i in range(args.steps + 2):
+        plain_batch, prompted_batch = plain(i), prompted(i)
+        nli_batch = {f"nli_{k}": v for k, v in nli(i).items() if k != "example_index"}
+        measured = {}
+        for name, step in steps.items():
+            diffaug.stage = 1 if name.endswith("1") else 2
+            batch = nli_batch if name.endswith("1") else (plain_batch if name == "SimCSE" else prompted_batch)
+            measured[name] = step(batch)
+        if i >= 2:
+            for k, v in measured.items():
+                times[k].append(v)
+            ratios.append(diffaug_flop_ratio(diffaug, plain_batch["input_ids"].shape[-1],
+                                             prompted_batch["input_ids"].shape[-1], prompted_batch,
+                                             2 * args.batch_size))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"DiffAug training step, all-MiniLM-L6-v2 (cpu profile), batch {args.batch_size} (stage 1: "
+          f"{args.batch_size} NLI triplets), {torch.get_num_threads()} threads, median of {args.steps} steps")
+    for k, v in med.items():
+        print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
+    ratio = statistics.mean(ratios)
+    measured = med["DiffAug stage 2"] / med["SimCSE"]
+    print(f"  DiffAug stage 2 / SimCSE step time: measured {measured:.2f}x, FLOP ratio {ratio:.2f}x "
+          f"({measured / ratio:.2f}x the FLOP ratio; target <= 1.1x)")
+    print(f"  templated SimCSE / SimCSE: {med['SimCSE, templated input'] / med['SimCSE']:.2f}x; DiffAug stage 2 / "
+          f"templated SimCSE: {med['DiffAug stage 2'] / med['SimCSE, templated input']:.2f}x")
+    print(f"  DiffAug stage 1 / SimCSE step time: {med['DiffAug stage 1'] / med['SimCSE']:.2f}x (3 sentences per row, "
+          "encoder gradients computed for the official clipping)")
 
 
 if __name__ == "__main__":
