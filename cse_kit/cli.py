@@ -174,15 +174,21 @@ def cmd_report(args) -> int:
 
 
 def cmd_status(args) -> int:
-    """The coverage matrix from what the notebooks last saved in the results store; executes nothing."""
+    """The coverage matrix from what the notebooks last saved in the results store; executes nothing. Without
+    --profile, one matrix per profile that has saved tables (none: says so)."""
     from .experiments import resolve_profile
-    from .report import coverage, coverage_text, saved_tables, select
+    from .report import coverage, coverage_text, saved_profiles, saved_tables, select
 
-    profile = resolve_profile(args.profile)
     names = select(args.paper, getattr(args, "only", None))
-    tables = {name: table for name, table in saved_tables(args.results_dir, profile).items() if name in names}
-    print(f"profile {profile}; results {args.results_dir or 'reports/results'}")
-    print(coverage_text(coverage(tables, papers=args.paper)))
+    where = args.results_dir or "reports/results"
+    profiles = [resolve_profile(args.profile)] if args.profile else saved_profiles(args.results_dir)
+    if not profiles:
+        print(f"no saved tables in {where}: run a notebook or `cse-kit report --profile smoke` first")
+        profiles = [resolve_profile("auto")]
+    for profile in profiles:
+        tables = {name: table for name, table in saved_tables(args.results_dir, profile).items() if name in names}
+        print(f"profile {profile}; results {where}")
+        print(coverage_text(coverage(tables, papers=args.paper), profile) + "\n")
     return 0
 
 
@@ -289,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("status", help="the coverage matrix of the four papers' tables and figures (executes nothing)")
-    p.add_argument("--profile", default="auto", help="whose results to show (default auto: paper with a GPU, else cpu)")
+    p.add_argument("--profile", help="whose results to show (paper, cpu, smoke or auto); default: every profile with "
+                                     "saved tables")
     p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.set_defaults(func=cmd_status)

@@ -106,7 +106,19 @@ def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
                        + "".join(f"<td>{cells[(r, c)]}</td>" for c in columns) + "</tr>" for r in rows)
         tables.append(f"<div class='scroll'><table class='paper-layout'>{caption_html if i == 0 else ''}<thead><tr>"
                       f"<th></th>{head}</tr></thead><tbody>{body}</tbody></table></div>")
-    return "".join(tables)
+    return "".join(tables) + not_run_notes(comparison)
+
+
+def not_run_notes(comparison: pd.DataFrame) -> str:
+    """Why rows did not run, visible under the table (not only in a cell's tooltip): one line per reason."""
+    not_run = comparison[(comparison["n"] == 0) & comparison["reason"].fillna("").astype(bool)]
+    by_reason: dict[str, list] = {}
+    for line in not_run.itertuples():
+        rows = by_reason.setdefault(str(line.reason), [])
+        if line.row not in rows:
+            rows.append(line.row)
+    return "".join(f"<p class='note notrun-reason'>not run: {html.escape(', '.join(map(str, rows)))}: "
+                   f"{html.escape(reason)}</p>" for reason, rows in by_reason.items())
 
 
 def long_form_html(comparison: pd.DataFrame) -> str:

@@ -131,8 +131,14 @@ def table_html(table: dict, uid: str) -> str:
 
 
 # --- coverage: every artefact of every paper -------------------------------------------------------------------
-STATUS_STYLE = {"reproduced": "ok", "not run on this profile": "warn", "failed": "bad", "not built": "warn",
+#: status kind -> style. A table is "built" when all its rows ran on a profile, "partial" when some did, and
+#: "reproduced" only on the profile comparable to the paper's numbers (`paper`) with every cell within its metric's
+#: tolerance; a paper-profile table with a cell outside is "differs". The shown status names the profile or rows.
+STATUS_STYLE = {"reproduced": "ok", "built": "info", "differs": "bad", "partial": "warn",
+                "not run on this profile": "warn", "failed": "bad", "not built": "warn",
                 "not implemented yet": "todo", "schematic": "muted"}
+#: the profile whose numbers are comparable to the papers'
+COMPARABLE_PROFILE = "paper"
 
 
 def _headline(table: dict, paper: str, artefact: str) -> str:
@@ -148,23 +154,50 @@ def _headline(table: dict, paper: str, artefact: str) -> str:
             f"{fmt_ours(mean, std, line['n'])}")
 
 
-def _status_of(table: dict | None, failed: str | None) -> tuple[str, str]:
+def _number(x) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _outside_tolerance(lines: list[dict]) -> list[dict]:
+    """The cells that ran, have a paper value, and differ from it by more than their metric's tolerance."""
+    from types import SimpleNamespace
+
+    from .render import tolerance_of
+
+    return [line for line in lines if line["n"] and math.isfinite(_number(line["paper"]))
+            and math.isfinite(_number(line["mean"]))
+            and abs(_number(line["mean"]) - _number(line["paper"])) > tolerance_of(SimpleNamespace(**line)) + 1e-12]
+
+
+def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
+    """(kind, shown status, detail) of one artefact's notebook table."""
     if failed is not None:
-        return "failed", failed
+        return "failed", "failed", failed
     if table is None:
-        return "not built", "no table from this notebook for the profile yet: run cse-kit report"
+        return "not built", "not built", "no table from this notebook for the profile yet: run cse-kit report"
     lines = table.get("comparison", [])
-    if lines and not any(line["n"] for line in lines):
-        reasons = sorted({line["reason"] for line in lines if line.get("reason")})
-        return "not run on this profile", "; ".join(reasons)
-    return "reproduced", ""
+    reasons = "; ".join(sorted({line["reason"] for line in lines if line.get("reason")}))
+    rows = list(dict.fromkeys(line["row"] for line in lines))
+    ran = {line["row"] for line in lines if line["n"]}
+    profile = table.get("profile", "")
+    if lines and not ran:
+        return "not run on this profile", "not run on this profile", reasons
+    if len(ran) < len(rows):
+        return "partial", f"partial ({len(ran)}/{len(rows)} rows, {profile})", f"not run: {reasons}"
+    if profile != COMPARABLE_PROFILE:
+        return "built", f"built ({profile})", ""
+    outside = _outside_tolerance(lines)
+    if outside:
+        return "differs", "differs (paper)", f"{len(outside)} cell(s) outside tolerance"
+    return "reproduced", "reproduced", ""
 
 
 def coverage(tables: dict[str, dict | None], failures: dict[str, str] | None = None,
              papers: list[str] | None = None) -> list[dict]:
-    """One line per table and figure of every paper (schematic figures included, marked), with its status:
-    reproduced (profile, seeds, headline), not run on this profile (why), failed, not built, or not implemented yet.
-    tables: notebook -> its saved table (None: not executed); failures: notebook -> error."""
+    """One line per table and figure of every paper (schematic figures included, marked), with its status (`kind`
+    one of STATUS_STYLE, `status` the words shown): reproduced (paper profile, within tolerance), differs (paper
+    profile, outside), built (<profile>), partial (k/n rows), not run on this profile (why), failed, not built, or
+    not implemented yet. tables: notebook -> its saved table (None: not executed); failures: notebook -> error."""
     failures = failures or {}
     lines = []
     for key in papers or PAPERS:
@@ -173,66 +206,102 @@ def coverage(tables: dict[str, dict | None], failures: dict[str, str] | None = N
             line = {"paper": PAPERS[key], "key": key, "artefact": art["id"], "title": art["title"],
                     "notebook": by_artefact.get(art["id"], ""), "profile": "", "seeds": "", "headline": ""}
             if not art.get("data", True):
-                line.update(status="schematic", detail="a diagram: no data to reproduce")
+                line.update(kind="schematic", status="schematic", detail="a diagram: no data to reproduce")
             elif not line["notebook"]:
-                line.update(status="not implemented yet", detail="no notebook reproduces it yet")
+                line.update(kind="not implemented yet", status="not implemented yet",
+                            detail="no notebook reproduces it yet")
             else:
                 table = tables.get(line["notebook"])
-                status, detail = _status_of(table, failures.get(line["notebook"]))
-                line.update(status=status, detail=detail)
-                if table is not None and status == "reproduced":
+                kind, status, detail = _status_of(table, failures.get(line["notebook"]))
+                line.update(kind=kind, status=status, detail=detail)
+                if table is not None and kind in ("reproduced", "built", "differs", "partial"):
                     line.update(profile=table["profile"], seeds=str(table["seeds"]),
                                 headline=_headline(table, key, art["id"]))
             lines.append(line)
     return lines
 
 
-def coverage_html(lines: list[dict]) -> str:
-    data = [line for line in lines if line["status"] != "schematic"]
-    counts = {s: sum(line["status"] == s for line in data) for s in STATUS_STYLE if s != "schematic"}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+def tallies(lines: list[dict]) -> dict[str, dict[str, int]]:
+    """paper -> {"artefacts": data-bearing count, and a count per status kind}."""
+    out: dict[str, dict[str, int]] = {}
+    for line in lines:
+        if line["kind"] == "schematic":
+            continue
+        counts = out.setdefault(line["paper"], {"artefacts": 0})
+        counts["artefacts"] += 1
+        counts[line["kind"]] = counts.get(line["kind"], 0) + 1
+    return out
+
+
+def tally_text(lines: list[dict], profile: str) -> str:
+    """"DiffCSE 16/16 built on smoke, 0 reproduced; ...": what ran and what matches the paper, per paper."""
+    parts = []
+    for paper, counts in tallies(lines).items():
+        built = sum(counts.get(k, 0) for k in ("built", "reproduced", "differs"))
+        partial = counts.get("partial", 0)
+        text = f"{paper} {built}/{counts['artefacts']} built on {profile}"
+        text += f" ({partial} partial)" if partial else ""
+        text += f", {counts.get('reproduced', 0)} reproduced" if profile == COMPARABLE_PROFILE else ""
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def coverage_html(lines: list[dict], profile: str) -> str:
+    data = [line for line in lines if line["kind"] != "schematic"]
     rows = []
     for line in lines:
         nb = f"<a href='#{line['notebook']}'>{html.escape(line['notebook'])}</a>" if line["notebook"] else ""
-        rows.append(f"<tr class='{STATUS_STYLE[line['status']]}'><td>{html.escape(line['paper'])}</td>"
+        detail = " — ".join(x for x in (line["headline"], line["detail"]) if x)
+        rows.append(f"<tr class='{STATUS_STYLE[line['kind']]}'><td>{html.escape(line['paper'])}</td>"
                     f"<td>{html.escape(line['artefact'])}</td><td>{html.escape(line['title'])}</td>"
                     f"<td class='status'>{html.escape(line['status'])}</td><td>{html.escape(line['profile'])}</td>"
-                    f"<td>{html.escape(line['seeds'])}</td><td>{html.escape(line['headline'] or line['detail'])}</td>"
+                    f"<td>{html.escape(line['seeds'])}</td><td>{html.escape(detail)}</td>"
                     f"<td>{nb}</td></tr>")
-    return (f"<p class='meta'>{len(data)} data-bearing tables and figures: {summary}; schematic figures are listed "
-            "for completeness.</p><div class='scroll'><table class='coverage'><thead><tr><th>paper</th><th>artefact"
-            "</th><th>what</th><th>status</th><th>profile</th><th>seeds</th><th>headline (paper | ours) or reason"
-            f"</th><th>notebook</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+    return (f"<p class='meta'>{len(data)} data-bearing tables and figures: {html.escape(tally_text(lines, profile))}. "
+            "Reproduced means: on the paper profile, every cell within its metric's tolerance; smoke and cpu tables "
+            "are built, never reproduced. Schematic figures are listed for completeness.</p><div class='scroll'>"
+            "<table class='coverage'><thead><tr><th>paper</th><th>artefact</th><th>what</th><th>status</th>"
+            "<th>profile</th><th>seeds</th><th>headline (paper | ours) or reason</th><th>notebook</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
-def coverage_text(lines: list[dict]) -> str:
+def coverage_text(lines: list[dict], profile: str) -> str:
     """The coverage matrix for a terminal (`cse-kit status`)."""
     out, paper = [], None
     for line in lines:
         if line["paper"] != paper:
             paper = line["paper"]
             out.append(f"\n{paper}")
-        detail = line["headline"] or line["detail"]
+        detail = " — ".join(x for x in (line["headline"], line["detail"]) if x)
         where = f" [{line['profile']}, seeds {line['seeds']}]" if line["profile"] else ""
         out.append(f"  {line['artefact']:<10} {line['status']:<24} {line['notebook']:<24}{where} {detail}".rstrip())
-    data = [line for line in lines if line["status"] != "schematic"]
-    out.append(f"\n{sum(line['status'] == 'reproduced' for line in data)} of {len(data)} data-bearing tables and "
-               "figures reproduced")
+    data = [line for line in lines if line["kind"] != "schematic"]
+    out.append(f"\n{len(data)} data-bearing tables and figures: {tally_text(lines, profile)}")
     return "\n".join(out).lstrip("\n")
 
 
-def saved_tables(results_dir, profile: str) -> dict[str, dict]:
-    """The tables notebooks last saved in the results store for this profile (what `cse-kit status` reads)."""
+def _tables_on_disk(results_dir) -> list[dict]:
     root = (Path(results_dir) if results_dir else default_results_dir()) / "tables"
-    out = {}
+    out = []
     for path in sorted(root.glob("*.json")):
         try:
             table = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(table, dict) and table.get("profile") == profile:
-            out[table.get("name", path.stem)] = table
+        if isinstance(table, dict):
+            out.append({"name": path.stem, **table})
     return out
+
+
+def saved_profiles(results_dir) -> list[str]:
+    """The profiles the results store holds tables of, in the order paper, cpu, smoke."""
+    found = {table.get("profile") for table in _tables_on_disk(results_dir)}
+    return [p for p in ("paper", "cpu", "smoke") if p in found]
+
+
+def saved_tables(results_dir, profile: str) -> dict[str, dict]:
+    """The tables notebooks last saved in the results store for this profile (what `cse-kit status` reads)."""
+    return {table["name"]: table for table in _tables_on_disk(results_dir) if table.get("profile") == profile}
 
 
 PAGE = """<!doctype html>
@@ -248,14 +317,15 @@ img {{ max-width: 100%; display: block; margin: 0.5em 0; }}
 .paper {{ color: #57606a; }} .notrun {{ color: #9a6700; }}
 table.paper-layout th.rowlabel {{ min-width: 10em; max-width: 16em; }}
 table.paper-layout td {{ white-space: nowrap; padding: 3px 6px; }}
-tr.ok td.status {{ color: #1a7f37; font-weight: bold; }} tr.warn td.status {{ color: #9a6700; font-weight: bold; }}
+tr.ok td.status {{ color: #1a7f37; font-weight: bold; }} tr.info td.status {{ color: #0969da; }} tr.warn td.status {{ color: #9a6700; font-weight: bold; }}
 tr.bad td.status {{ color: #cf222e; font-weight: bold; }} tr.todo td.status {{ color: #8250df; }}
 tr.muted td {{ color: #8c959f; }}
 details {{ margin: 0.3em 0; }} summary {{ cursor: pointer; }}
 nav {{ display: flex; flex-wrap: wrap; gap: 0.3em 1em; font-size: 14px; }}
 nav.toc {{ margin-bottom: 1em; }}
 </style></head><body>
-<h1>cse-kit: four papers reproduced ({profile} profile)</h1>
+<h1>cse-kit report, {profile} profile</h1>
+<p class="meta"><b>{tally}</b></p>
 <p class="meta">{profile_note}. Built {built}; {n_ok} of {n} notebooks ran.</p>
 <nav><a href="#coverage">coverage</a>{paper_links}<a href="#environment">environment</a></nav>
 <h2 id="coverage">Coverage: every table and figure of the four papers</h2>
@@ -327,7 +397,8 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),
-                       coverage=coverage_html(lines), sections="\n".join(paper_html),
+                       tally=html.escape(tally_text(lines, profile)), coverage=coverage_html(lines, profile),
+                       sections="\n".join(paper_html),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))
     index = write_text_atomic(out_dir / "index.html", page)
     write_json_atomic(out_dir / "report.json", {"profile": profile, "coverage": lines, "runs": [

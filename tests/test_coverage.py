@@ -24,7 +24,7 @@ def test_every_artefact_of_every_paper_is_listed_once_with_its_status():
     assert [(line["key"], line["artefact"]) for line in lines] == [(k, a["id"]) for k in PAPERS for a in artefacts(k)]
     by = {(line["paper"], line["artefact"]): line for line in lines}
     assert len([line for line in lines if line["status"] != "schematic"]) == 42
-    assert by[("DiffCSE", "Table 8")]["status"] == "reproduced"
+    assert (by[("DiffCSE", "Table 8")]["kind"], by[("DiffCSE", "Table 8")]["status"]) == ("built", "built (cpu)")
     assert by[("DiffCSE", "Table 8")]["headline"] == "0.005, STS-B: paper 84.56 | ours 80.10 ± 0.50"
     assert by[("DiffCSE", "Table 1")]["status"] == "not run on this profile"
     assert by[("DiffCSE", "Table 1")]["detail"] == "needs the Hub"
@@ -40,6 +40,35 @@ def test_every_artefact_of_every_paper_is_listed_once_with_its_status():
                          ("DiffAug", "Figure 2")}
 
 
+def test_only_the_paper_profile_within_tolerance_is_reproduced():
+    """smoke/cpu tables are built, never reproduced; on paper every cell within its metric's tolerance (1 point for
+    scores, 0.02 alignment) is reproduced, else differs; a table some rows of which did not run is partial."""
+    def status(lines, profile):
+        [line] = [c for c in report.coverage({"table8_lambda": _table(lines, profile)}) if c["artefact"] == "Table 8"
+                  and c["paper"] == "DiffCSE"]
+        return line["kind"], line["status"], line["detail"]
+
+    close = [_line("0.005", "STS-B", 84.56, 84.0, 3), _line("0.01", "STS-B", 84.0, 84.9, 3)]
+    assert status(close, "smoke") == ("built", "built (smoke)", "")
+    assert status(close, "paper") == ("reproduced", "reproduced", "")
+    far = close + [_line("0.05", "STS-B", 83.0, 80.0, 3)]
+    assert status(far, "paper") == ("differs", "differs (paper)", "1 cell(s) outside tolerance")
+    some = close + [_line("0.1", "STS-B", 82.0, math.nan, 0, "needs the Hub")]
+    assert status(some, "paper") == ("partial", "partial (2/3 rows, paper)", "not run: needs the Hub")
+    alignment = [{**_line("SimCSE", "Alignment", 0.24, 0.27, 3)}]
+    assert status(alignment, "paper")[0] == "differs"  # 0.03 > Alignment's 0.02
+
+
+def test_status_counts_per_paper_and_never_calls_smoke_reproduced():
+    tables = {"table8_lambda": _table([_line("0.005", "STS-B", 84.56, 84.56, 2)], "smoke")}
+    text = report.coverage_text(report.coverage(tables), "smoke")
+    assert "DiffCSE 1/16 built on smoke; SCD 0/4 built on smoke; ESimCSE 0/11 built on smoke; DiffAug 0/11" in text
+    assert "reproduced" not in text.splitlines()[-1]
+    paper = report.coverage_text(report.coverage({"table8_lambda": _table([_line("0.005", "STS-B", 84.56, 84.0, 2)],
+                                                                          "paper")}), "paper")
+    assert "DiffCSE 1/16 built on paper, 1 reproduced" in paper
+
+
 def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, capsys):
     (tmp_path / "tables").mkdir()
     saved = {**_table([_line("0.005", "STS-B", 84.56, 70.0, 1)], "smoke"), "name": "table8_lambda"}
@@ -48,9 +77,14 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
     (tmp_path / "tables" / "table7_mask_ratio.json").write_text(json.dumps(other))
     assert cli.main(["status", "--profile", "smoke", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Table 8    reproduced" in out and "paper 84.56 | ours 70 (n=1)" in out
+    assert "Table 8    built (smoke)" in out and "paper 84.56 | ours 70 (n=1)" in out
     assert "Table 7    not built" in out  # saved for another profile only
     assert "Figure 1   schematic" in out and "\nSCD\n" in out and "\nDiffAug\n" in out
+    assert cli.main(["status", "--results-dir", str(tmp_path)]) == 0  # no --profile: every profile with tables
+    out = capsys.readouterr().out
+    assert out.index("profile cpu;") < out.index("profile smoke;") and "Table 7    built (cpu)" in out
+    assert cli.main(["status", "--results-dir", str(tmp_path / "empty")]) == 0
+    assert "no saved tables in" in capsys.readouterr().out
     assert cli.main(["report", "--list", "--profile", "smoke", "--results-dir", str(tmp_path), "--paper", "scd"]) == 0
     assert "DiffCSE" not in capsys.readouterr().out
 
