@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .papers import PAPERS
     from .train import PRESETS, PROFILES
 
-    p = sub.add_parser("train", help="train a preset (SimCSE, DiffCSE) on a profile; resumes an interrupted run",
+    p = sub.add_parser("train", help="train a preset (SimCSE, DiffCSE, SCD, ESimCSE, DiffAug) on a profile; resumes an interrupted run",
                        epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
                               "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
     p.add_argument("--preset", required=True, choices=list(PRESETS))

@@ -9,8 +9,6 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -315,9 +313,10 @@ def show(comparison: pd.DataFrame, caption: str, tolerance: float | None = None)
 
 
 def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),
-               extra: dict | None = None, paper: str = "diffcse") -> Path:
+               extra: dict | None = None, paper: str = "diffcse") -> None:
     """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the paper,
-    the comparison, the figures as PNG data URIs, notes, the profile and seeds."""
+    the comparison, the figures as PNG data URIs, notes, the profile and seeds. Returns nothing, so a notebook's last
+    cell shows no machine path (the report page is meant to be shared)."""
     from .environment import describe
     from .plots import to_data_uri
 
@@ -325,9 +324,8 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
              "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
              "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
              "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path = write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
+    write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
     _publish(table)
-    return path
 
 
 #: The MIME type under which a notebook hands its table to the report (read back from the executed notebook).

@@ -62,6 +62,8 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
         raise ValueError(f"{name} has no parameter(s) {unknown}; it takes: "
                          f"{', '.join(papermill.inspect_notebook(str(source)))}")
     out = executed_dir / f"{name}__{execution_key(source, params)}.ipynb"
+    for stale in executed_dir.glob(f"{name}__*.running.ipynb"):  # left by a killed report (SIGTERM, kill -9)
+        stale.unlink(missing_ok=True)
     if out.is_file() and not force and not _failed(nbformat.read(out, as_version=4)):
         return {"name": name, "path": out, "status": "reused", "seconds": 0.0, "error": ""}
     executed_dir.mkdir(parents=True, exist_ok=True)

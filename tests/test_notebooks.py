@@ -175,8 +175,12 @@ def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_di
     assert page.index("id=\"coverage\"") < page.index("id='paper-diffcse'") < page.index("id='figure2_cosine'")
     runs = built["runs"]
     assert [r["status"] for r in runs] == ["ok", "ok"]
+    killed = out / "executed" / "figure2_cosine__0123456789abcdef.running.ipynb"  # a report killed mid-notebook
+    killed.write_text("{}")
     report.build("smoke", results_dir, data_dir, out, only=only, log=lambda *_: None)
     assert [r["status"] for r in json.loads((out / "report.json").read_text())["runs"]] == ["reused", "reused"]
+    assert not killed.exists()
+    assert "PosixPath(" not in page  # no notebook's last cell shows a machine path
 
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")

@@ -63,8 +63,8 @@ def test_presets_carry_the_papers_hyperparameters():
 
 def _cli(args, **kw):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=env, text=True,
+                            **{"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, **kw})
 
 
 def _weights(model_dir):
@@ -87,7 +87,12 @@ def test_resume_after_kill_9_ends_like_an_uninterrupted_run(data_dir, tmp_path):
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (cut / "summary.json").exists()
-    assert _cli(args + ["--output-dir", str(cut)]).wait() == 0
+    resumed = _cli(args + ["--output-dir", str(cut)], stdout=subprocess.PIPE)
+    out, _ = resumed.communicate()
+    assert resumed.returncode == 0
+    header = out.splitlines()[0]  # the run's first line says what trains and that it resumes
+    assert header.startswith("diffcse (diffcse-bert-sts, smoke profile): smoke-bert on Wiki1M-sample (256 examples), ")
+    assert "resuming at step" in header and str(cut) in header
     a, b = (json.loads((d / "summary.json").read_text()) for d in (whole, cut))
     assert (a["best"], a["best_step"], a["steps"]) == (b["best"], b["best_step"], b["steps"])
     log_a, log_b = ((d / "log.jsonl").read_text().splitlines() for d in (whole, cut))

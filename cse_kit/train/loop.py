@@ -293,6 +293,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     last_save = [time.monotonic()]
     first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
     cuda = accelerator.device.type == "cuda"
+    if accelerator.is_main_process:
+        print(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None), flush=True)
     bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
                desc=cfg.preset or cfg.method, dynamic_ncols=True)
     last_dev = None
@@ -374,6 +376,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             shutil.rmtree(checkpoint, ignore_errors=True)
     accelerator.wait_for_everyone()
     return summary
+
+
+def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, run: Path,
+            resumed_at: int | None) -> str:
+    """The one line a run starts with: what trains, on what, how long, where, and whether it resumes."""
+    stages = f"{first_stage} stage-1 + {main_steps} steps" if first_stage else f"{main_steps} steps"
+    start = f"resuming at step {resumed_at}" if resumed_at is not None else "fresh"
+    return (f"{cfg.method} ({cfg.preset or 'no preset'}, {cfg.profile or 'no'} profile): {cfg.model} on {cfg.data} "
+            f"({examples} examples), {stages}, batch {cfg.batch_size}; {start}; output {run}")
 
 
 def _peak_rss_bytes() -> int | None:
