@@ -68,6 +68,11 @@ def _cell_html(line) -> str:
         reason = html.escape(str(line.reason or ""))
         return (f"<span class='paper'>{fmt_number(line.paper)}</span><br>"
                 f"<span class='notrun' title='{reason}'>not run</span>")
+    if tolerance_of(line) == 0 and line.n == 1:  # a setting (a learning rate, a batch size), not a measurement
+        same = line.mean == line.paper
+        return (f"<span class='paper'>{fmt_number(line.paper)}</span><br><b>{fmt_number(line.mean)}</b><br>"
+                f"<span class='delta' style='color:{GREEN if same else RED}'>"
+                f"{'same' if same else fmt_diff(line.diff, line.mean)}</span>")
     # paper, ours and Δ on three short lines: an 8-column table fits a 1400-px window
     cell = f"<span class='paper'>{fmt_number(line.paper)}</span><br><b>{fmt_ours(line.mean, line.std, line.n)}</b>"
     if not math.isnan(line.diff):

@@ -39,6 +39,8 @@ def test_an_exact_tolerance_colours_any_difference_red():
     html = render.paper_layout_html(frame)
     assert "7e-06" in html and "0.005" in html and "learning rate, λ: exact" in html
     assert html.count(render.RED) == 1
+    # a setting is shown as the paper prints it, not as a measurement: no "(n=1)", "same" rather than "+0.0000"
+    assert "(n=1)" not in html and "<b>7e-06</b>" in html and ">same<" in html and ">+0.0050<" in html
 
 
 def test_paper_layout_keeps_the_papers_rows_and_columns_and_marks_rows_not_run():
