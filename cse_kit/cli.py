@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 
@@ -170,6 +171,12 @@ def cmd_report(args) -> int:
     start = time.perf_counter()
     index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
+    failed = [run["name"] for run in json.loads((index.parent / "report.json").read_text())["runs"]
+              if run["status"] == "failed"]
+    if failed:
+        print(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (their errors are in the page and under "
+              f"{index.parent / 'executed'})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -313,6 +320,12 @@ def main(argv=None) -> int:
         return args.func(args)
     except (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
+        return 2
+    except (PermissionError, OSError) as e:
+        if not isinstance(e, PermissionError) and e.errno != errno.EROFS:
+            raise
+        print(f"cse-kit: error: cannot write {e.filename or 'a file'} ({e.strerror}): choose a folder you can write "
+              "(--output-dir, --results-dir, --out, --data-dir) or change its permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # every write is atomic and runs resume from their last checkpoint
         print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to "

@@ -122,6 +122,9 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     profile = resolve_profile(profile)
     seeds = list(seeds) if seeds else list(PROFILES[profile]["report"]["seeds"])
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    check(not repeated, f"seeds {seeds} repeat {repeated}: each seed is one run, a repeat would count it twice in "
+                        "the mean and std; give distinct seeds")
     out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force), *parallel.settings())
     print(out.describe())
     return out

@@ -366,9 +366,11 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     names = select(papers, only)
     params = {"profile": profile, "results_dir": str(results_dir or ""), "data_dir": str(data_dir or "")}
     runs = []
-    for name in names:
+    for i, name in enumerate(names, 1):
+        log(f"[{i}/{len(names)}] {name}: running ({len(names) - i} notebook(s) after it)")
         run = execute(name, params, out_dir / "executed", force)
-        log(f"{name}: {run['status']} ({run['seconds']:.0f} s){' ' + run['error'] if run['error'] else ''}")
+        log(f"[{i}/{len(names)}] {name}: {run['status']} ({run['seconds']:.0f} s)"
+            f"{' ' + run['error'] if run['error'] else ''}")
         runs.append(run)
     tables, failures, appendix, environment = {}, {}, [], None
     sections: dict[str, list[str]] = {}

@@ -122,3 +122,27 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_train", interrupted)
     assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 130
     assert "interrupted; nothing half-written is kept. Rerun the same command to resume." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", ["max_seq_length=0", "log_steps=-1", "max_examples=0", "save_steps=0",
+                                     "warmup_steps=-5"])
+def test_non_positive_sizes_are_refused_with_the_key(setting, capsys):
+    from cse_kit import cli
+
+    assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke", "--set", setting]) == 2
+    assert f"cse-kit: error: {setting.split('=')[0]} must be >= " in capsys.readouterr().err
+
+
+def test_an_unwritable_folder_is_one_line_naming_it(monkeypatch, capsys):
+    """As root (CI) chmod does not stop a write, so the OS error is raised where a read-only folder raises it."""
+    import errno
+
+    from cse_kit import cli
+
+    def read_only(args):
+        raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/runs/x")
+
+    monkeypatch.setattr(cli, "cmd_train", read_only)
+    assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write /mnt/ro/runs/x (Read-only file system)" in err

@@ -127,6 +127,7 @@ def test_ablation_notebooks_run_on_smoke(name, params, row, tmp_path, data_dir, 
     ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),
     ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
     ("diffaug_table1_sts", {"recipe": "nope"}, "unknown DiffAug recipe"),
+    ("table8_lambda", {"seeds": [1, 1]}, r"repeat \[1\]: each seed is one run"),
     ("diffaug_table2_7_label_fraction", {"fraction": 1.5}, r"label fractions lie in \(0, 1\]"),
     ("diffaug_table2_7_label_fraction", {"recipe": "official-code"}, "BERT only"),
     ("diffaug_table8_aux_weight", {"aux_weight": -0.1}, "α is a positive number"),
@@ -248,3 +249,15 @@ def test_whole_smoke_report(tmp_path, data_dir):
     coverage = json.loads((tmp_path / "reports" / "report.json").read_text())["coverage"]
     assert all(c["kind"] in ("built", "partial", "not implemented yet", "schematic") for c in coverage), coverage
     assert not any(c["kind"] == "reproduced" for c in coverage)  # smoke numbers are never called reproduced
+
+
+def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys):
+    """A notebook that fails (here: no data where it looks for it) makes `cse-kit report` exit 1, naming it."""
+    from cse_kit import cli
+
+    (tmp_path / "nodata").mkdir()
+    code = cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--data-dir", str(tmp_path / "nodata"),
+                     "--results-dir", str(tmp_path / "results"), "--out", str(tmp_path / "reports")])
+    captured = capsys.readouterr()
+    assert code == 1 and "1 notebook(s) failed: table8_lambda" in captured.err
+    assert "[1/1] table8_lambda: running" in captured.out and "[1/1] table8_lambda: failed" in captured.out

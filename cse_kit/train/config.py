@@ -147,6 +147,10 @@ class TrainConfig:
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        for name in ("max_seq_length", "log_steps", "max_examples", "save_steps"):  # sizes: None means "not set"
+            value = getattr(self, name)
+            need(value is None or value >= 1, f"{name} must be >= 1, got {value}: --set {name}=<a positive integer>")
+        need(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
         need(self.checkpoint_minutes > 0, "checkpoint_minutes must be > 0 (or set save_steps)")
         need(0 < self.mask_ratio < 1, f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
         need(self.lam >= 0, f"lam (the RTD weight) must be >= 0, got {self.lam}")
