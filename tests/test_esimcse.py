@@ -350,6 +350,9 @@ def test_presets_carry_the_papers_hyperparameters():
     cfg = build_config("esimcse-roberta-large", "paper")
     assert (cfg.model, cfg.lr, cfg.dup_rate, cfg.esimcse_queue_size(), cfg.dropout) == \
         ("roberta-large", 1e-5, 0.28, 128, 0.15)
+    # BERT-large's dropout is a variant: the paper's 0.15 (§4.2), the official run.sh's 0.1; --set wins over both
+    assert [build_config("esimcse-bert-large", "paper", v).dropout for v in
+            ([], ["esimcse_variant=official-code"], ["esimcse_variant=official-code", "dropout=0.12"])] == [0.15, 0.1, 0.12]
     assert build_config("esimcse-bert", "paper", ["queue_size=none", "batch_size=32"]).esimcse_queue_size() == 80
     assert build_config("esimcse-bert", "paper", ["esimcse_variant=official-code"]).esimcse_options() == \
         {"dup_sampling": "official", "momentum_init": "random"}
