@@ -282,12 +282,14 @@ class ResultStore:
         from .train.export import template_of
         from .train.loop import load_encoder
 
-        if record["subject"]["kind"] == "trained" and not Path(record["model_dir"]).is_dir():
-            raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({record['model_dir']}); "
-                                    "rerun with force=True to retrain it")
-        tokenizer, model = load_encoder(record["model_dir"])
-        return Encoder(model, tokenizer, record["pooler"], progress=self.progress,
-                       template=template_of(record["model_dir"]))
+        model_dir = record["model_dir"]
+        if record["subject"]["kind"] == "trained":  # under this store's root, wherever the store was trained
+            model_dir = str(self.run_dir(record["key"]) / "model")
+            if not Path(model_dir).is_dir():
+                raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({model_dir}); "
+                                        "rerun with force=True to retrain it")
+        tokenizer, model = load_encoder(model_dir)
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=template_of(model_dir))
 
 
 def _sts(mode: str):

@@ -171,6 +171,25 @@ def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch):
     assert re.fullmatch(r"[0-9a-f]{20}", record["key"])
 
 
+def test_a_moved_store_with_a_set_aside_record_keeps_working(data_dir, tmp_path):
+    """A store copied elsewhere (another checkout, another machine) answers from its runs; when a record is set aside
+    and recomputed there, the finished run is found, not refused for its old paths, and nothing is retrained."""
+    import shutil
+
+    cfg = build_config("simcse-bert", "smoke", {"seed": 5})
+    record = ResultStore(tmp_path / "a", data_dir).get(cfg, ("sts_dev",))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    moved = ResultStore(tmp_path / "b", data_dir)
+    path = moved.record_path(record["key"])
+    path.write_text(path.read_text().replace('"steps"', '"stepz"'))  # edited: set aside, recomputed
+    with pytest.warns(UserWarning, match="corrupt"):
+        again = moved.get(cfg, ("sts_dev", "sts_test"))
+    assert again["train"]["steps"] == record["train"]["steps"] and again["dev_curve"] == record["dev_curve"]
+    assert again["metrics"]["sts_dev"] == record["metrics"]["sts_dev"]  # the same model, read from where it is now
+    assert again["model_dir"] == str(tmp_path / "b" / "runs" / record["key"] / "model")
+
+
 @pytest.fixture
 def fake_sts_dev(monkeypatch):
     """sts_dev as a cheap stand-in (the store's logic is under test, not the evaluation); counts its calls."""

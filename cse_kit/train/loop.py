@@ -121,11 +121,12 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     restart = f"remove {run / 'checkpoint'} to train this run again from step 0"
     if summary_path.is_file():
         summary = _read_json(summary_path, f"remove {summary_path} to finish the run again from its checkpoint")
-        if summary.get("config") == cfg.to_dict():
-            return summary
         changed = training_changes(summary.get("config", {}), cfg.to_dict())
-        raise ValueError(f"{run} holds a finished run with a different configuration ({', '.join(changed) or 'paths'} "
-                         "differ); choose another output_dir")
+        if changed:
+            raise ValueError(f"{run} holds a finished run with a different configuration ({', '.join(changed)} "
+                             "differ); choose another output_dir")
+        # the same run, found where it now is: a copied or moved folder (or results store) keeps working
+        return {**summary, "config": cfg.to_dict(), "model": str(run / "model")}
     checkpoint = recover_dir(run / "checkpoint")
     resumed = (checkpoint / "trainer_state.json").is_file()
     changes = {}
