@@ -80,7 +80,10 @@ def cmd_eval(args) -> int:
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
-        print(f"wrote {write_json_atomic(args.output, result)}")
+        from .data import unverified_reads
+
+        unverified = unverified_reads()  # read under CSE_KIT_ALLOW_UNVERIFIED_DATA: said with the result
+        print(f"wrote {write_json_atomic(args.output, {**result, **({'unverified_data': unverified} if unverified else {})})}")
     return 0
 
 

@@ -263,3 +263,17 @@ def test_an_empty_corpus_is_a_clear_error(tmp_path):
     empty.write_text("\n\n")
     with pytest.raises(data.DataError, match="holds no text"):
         load_examples(str(empty))
+
+
+def test_eval_output_records_unverified_data(own_copy, monkeypatch, tmp_path):
+    """The refusal promises the override is "recorded with every result": `cse-kit eval --output` too."""
+    import json
+
+    stsb = own_copy / "downstream/STS/STSBenchmark/sts-dev.csv"
+    stsb.write_text(stsb.read_text().replace("\t2.500\t", "\t4.500\t", 1))
+    monkeypatch.setenv(data.ALLOW_UNVERIFIED_ENV, "1")
+    out = tmp_path / "r.json"
+    with pytest.warns(UserWarning, match="failed verification"):
+        assert main(["eval", "--model", "smoke-bert", "--pooler", "avg", "--tasks", "STSBenchmark", "--mode", "dev",
+                     "--data-dir", str(own_copy), "--output", str(out)]) == 0
+    assert "md5 differs" in json.loads(out.read_text())["unverified_data"]["STSBenchmark"][0]
