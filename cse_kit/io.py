@@ -10,6 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def write_bytes_atomic(path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -17,9 +23,7 @@ def write_bytes_atomic(path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide reports and records from other users
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide reports and records from other users
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -91,7 +95,18 @@ def atomic_dir(path):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _share_like_umask(tmp)
     swap_dir(tmp, path)
+
+
+def _share_like_umask(folder: Path) -> None:
+    """mkdtemp's 0700 folder (and any 0600 file written into it) as a plain mkdir and open would have made them, so
+    an exported model on a shared machine is readable by whom the user's umask allows."""
+    umask = _umask()
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
 
 
 def recover_dir(path) -> Path:

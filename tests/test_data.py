@@ -277,3 +277,22 @@ def test_eval_output_records_unverified_data(own_copy, monkeypatch, tmp_path):
         assert main(["eval", "--model", "smoke-bert", "--pooler", "avg", "--tasks", "STSBenchmark", "--mode", "dev",
                      "--data-dir", str(own_copy), "--output", str(out)]) == 0
     assert "md5 differs" in json.loads(out.read_text())["unverified_data"]["STSBenchmark"][0]
+
+
+def test_the_wiki1m_sample_is_never_told_to_download(data_dir, tmp_path):
+    """It has no download source: a missing or damaged sample names the file to import."""
+    from cse_kit.data.loaders import dataset_root
+    from cse_kit.data.registry import REGISTRY
+
+    spec = REGISTRY["Wiki1M-sample"]
+    with pytest.raises(data.MissingDatasetError) as missing:
+        dataset_root(spec, tmp_path)
+    [good] = spec.paths(data_dir)
+    sample = tmp_path / good.relative_to(data_dir)
+    sample.parent.mkdir(parents=True, exist_ok=True)
+    sample.write_text(good.read_text()[:-300])
+    with pytest.raises(data.UnverifiedDataError) as damaged:
+        dataset_root(spec, tmp_path)
+    for err in (missing, damaged):
+        assert "cse-kit data import PATH/wiki1m_for_simcse.head11913.txt.gz" in str(err.value)
+        assert "data download Wiki1M-sample" not in str(err.value)

@@ -287,3 +287,24 @@ def test_results_from_unverified_data_never_land_under_the_clean_key(data_dir, t
         monkeypatch.delenv("CSE_KIT_ALLOW_UNVERIFIED_DATA")
         results.data_fingerprint.cache_clear()
     assert record_key(subject, data_dir) == clean
+
+
+def test_written_folders_and_files_follow_the_umask(tmp_path):
+    """An exported model (atomic_dir) and an atomic file are readable as the user's umask allows, not 0700/0600."""
+    import os
+    import stat
+
+    from cse_kit.io import atomic_dir, write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "model") as tmp:
+            (tmp / "sub").mkdir()
+            fd = os.open(tmp / "sub" / "weights.bin", os.O_CREAT | os.O_WRONLY, 0o600)  # as a library might
+            os.close(fd)
+        write_json_atomic(tmp_path / "record.json", {})
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert (mode(tmp_path / "model"), mode(tmp_path / "model" / "sub")) == (0o755, 0o755)
+    assert (mode(tmp_path / "model" / "sub" / "weights.bin"), mode(tmp_path / "record.json")) == (0o644, 0o644)

@@ -107,10 +107,7 @@ def _check_dataset(ds: DatasetSpec, root: Path) -> None:
                           + "; ".join(problems), stacklevel=4)
         _READ_UNVERIFIED[ds.name] = problems
         return
-    if ds.source.url.startswith("file:"):  # import only: name the file to import
-        fix = f"`cse-kit data import PATH/{ds.source.url[len('file:'):]}` (a good copy)"
-    else:
-        fix = f"`cse-kit data download {ds.name}` (or `cse-kit data import PATH` with a good local archive)"
+    fix = _fix_command(ds, "a good copy")
     raise UnverifiedDataError(
         f"dataset {ds.name} in {root} failed verification, refusing to read it: {'; '.join(problems)}. Fix: {fix} "
         f"to replace it; to read it anyway, set {ALLOW_UNVERIFIED_ENV}=1 (recorded with every result).")
@@ -196,14 +193,21 @@ def downloads_allowed() -> bool:
     return not any(os.environ.get(v, "").lower() in off for v in ("CSE_KIT_OFFLINE", "HF_HUB_OFFLINE"))
 
 
+def _fix_command(ds: DatasetSpec, copy: str) -> str:
+    """The command that places the dataset: an import of its file when it has no download source (the Wiki1M
+    sample), else a download or an import."""
+    if ds.source.url.startswith("file:"):
+        return f"`cse-kit data import PATH/{ds.source.url[len('file:'):]}` ({copy}; it has no download source)"
+    return f"`cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with {copy} of its archive"
+
+
 def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
     """The folder holding the dataset's files, verified; MissingDatasetError (naming the command that fixes it) when
     they are not there. The public loaders of `cse_kit.data` download a missing dataset on first use."""
     root = resolve_data_dir(data_dir)
     missing = [p for p in ds.paths(root) if not p.is_file()]
     if missing:
-        fix = (f"Fix: `cse-kit data download {ds.name}` (needs internet) or `cse-kit data import PATH` with a local "
-               f"archive{'' if data_dir is None else f', adding --data-dir {root}'}.")
+        fix = f"Fix: {_fix_command(ds, 'a local copy')}{'' if data_dir is None else f', adding --data-dir {root}'}."
         off = "" if downloads_allowed() else " and downloads are off (CSE_KIT_OFFLINE / HF_HUB_OFFLINE)"
         raise MissingDatasetError(f"dataset {ds.name} is missing from {root} (no {missing[0]}){off}. {fix}",
                                   dataset=ds.name, root=root, fix=fix)

@@ -244,8 +244,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         best = f", the best model {run / 'model'} (step {state['best_step']})" if state["best_step"] else ""
         raise NonFiniteLoss(
             f"{what} at step {state['step']}; training stopped and nothing of this step was saved. {good}{best}. "
-            "Lower lr, or use bf16 instead of fp16, then start a new output_dir (or resume with "
-            "--resume-with-changes).")
+            f"Lower lr{', or use bf16 instead of fp16' if accelerator.mixed_precision == 'fp16' else ''}, then start "
+            "a new output_dir (or resume with --resume-with-changes).")
 
     def save_checkpoint():
         if not _finite_weights(objective):
