@@ -94,11 +94,10 @@ class DiffAug(nn.Module):
 
     # --- encoding ----------------------------------------------------------------------------------------------
 
-    def _table(self, rows: int, positions: slice = slice(None)) -> torch.Tensor:
-        """(rows, P, layers * 2 * hidden): the prefix table, dropped out independently per row (the official code
+    def _table(self, rows: int) -> torch.Tensor:
+        """(rows, 2l, layers * 2 * hidden): the prefix table, dropped out independently per row (the official code
         expands the table to the batch before its dropout, models.py:52-62)."""
-        table = self.prefix_encoder()[positions]
-        return self.prefix_dropout(table.unsqueeze(0).expand(rows, -1, -1))
+        return self.prefix_dropout(self.prefix_encoder().unsqueeze(0).expand(rows, -1, -1))
 
     def _view_masks(self, rows: int, views: int, device) -> torch.Tensor:
         """(rows * views, 2l): view 0 attends the first l positions (θ1), views 1 and 2 the last l (θ2)."""
@@ -115,27 +114,29 @@ class DiffAug(nn.Module):
                                  self._view_masks(rows, views, ids.device))
         return mask_states(out.last_hidden_state, ids, self.template.mask_token_id).view(rows, views, -1)
 
-    def template_delta(self, shifts: torch.Tensor, prefix: int) -> torch.Tensor:
-        """(len(shifts), hidden): the [MASK] state of the empty template through prefix 0 (θ1) or 1 (θ2) alone, its
-        positions after the sentence slot moved by each shift; positions start after the whole table, as the real
-        tokens' do (models.py:96-129: one row per shift, with dropout and gradient, as there)."""
+    def template_deltas(self, shifts: torch.Tensor, prefixes: torch.Tensor) -> torch.Tensor:
+        """(len(shifts), hidden): the [MASK] state of the empty template through prefix prefixes[i] (0: θ1, 1: θ2)
+        alone, its positions after the sentence slot moved by shifts[i]; positions start after the whole table, as
+        the real tokens' do (models.py:96-129, with dropout and gradient, as there). All rows in one encoder pass,
+        each attending its half of the table, as the views do: one pass, not one per prefix."""
         ids, positions = self.template.denoising_inputs(shifts, offset=2 * self.prefix_len)
-        part = slice(prefix * self.prefix_len, (prefix + 1) * self.prefix_len)
-        ones = torch.ones(len(ids), self.prefix_len, device=ids.device)
-        out = encode_with_prefix(self.encoder, ids, torch.ones_like(ids), self._table(len(ids), part), ones, positions)
+        halves = torch.arange(2 * self.prefix_len, device=ids.device) // self.prefix_len
+        prefix_mask = (halves.unsqueeze(0) == prefixes.unsqueeze(1)).long()
+        out = encode_with_prefix(self.encoder, ids, torch.ones_like(ids), self._table(len(ids)), prefix_mask, positions)
         return mask_states(out.last_hidden_state, ids, self.template.mask_token_id)
 
     def denoised(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Stage 2's template denoising: each view minus its prefix's empty-template state for its length."""
+        """Stage 2's template denoising: each view minus its prefix's empty-template state for its length. One row
+        per (prefix, length) present, so the entailment and contradiction views share their prefix-2 rows, as the
+        official delta2 (models.py:281-284)."""
         shifts = sentence_lengths(attention_mask, self.template)
         if self.denoise_offset == "sentence+prefix":
             shifts = shifts + self.prefix_len
-        out = []
-        for view in range(pooled.shape[1]):
-            prefix = 0 if view == 0 else 1
-            needed, index = torch.unique(shifts[:, view], return_inverse=True)
-            out.append(pooled[:, view] - self.template_delta(needed, prefix)[index])
-        return torch.stack(out, dim=1)
+        prefixes = torch.ones_like(shifts)
+        prefixes[:, 0] = 0  # view 0 through θ1, the others through θ2
+        span = int(shifts.max()) + 1
+        needed, index = torch.unique(prefixes * span + shifts, return_inverse=True)
+        return pooled - self.template_deltas(needed % span, needed // span)[index]
 
     # --- losses ------------------------------------------------------------------------------------------------
 
