@@ -11,6 +11,7 @@ import html
 import json
 import math
 import os
+import shutil
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -32,9 +33,15 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = tuple(all_notebooks())
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
-#: The kernel talks to papermill over local sockets (IPC), not TCP: nothing crosses the network and ipykernel does not
-#: warn "Kernel is running over TCP without encryption" at every notebook.
-KERNEL_TRANSPORT = Config({"KernelManager": {"transport": "ipc"}})
+def kernel_transport() -> Config:
+    """The kernel talks to papermill over local sockets (IPC), not TCP: nothing crosses the network and ipykernel does
+    not warn "Kernel is running over TCP without encryption" at every notebook. The sockets are `<ip>-<port>` files;
+    jupyter's default `ip` is the relative "kernel-ipc", the same for every report run in the notebooks' folder, so two
+    reports at once connected to each other's kernels. Each kernel gets its own folder."""
+    import tempfile
+
+    return Config({"KernelManager": {"transport": "ipc",
+                                     "ip": str(Path(tempfile.mkdtemp(prefix="cse-kit-kernel-")) / "kernel")}})
 
 
 @lru_cache(maxsize=1)
@@ -71,11 +78,14 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     start = time.perf_counter()
     os.environ.update(KERNEL_ENV)
     error = ""
+    transport = kernel_transport()
     try:
         papermill.execute_notebook(str(source), str(tmp), parameters=params, cwd=str(NOTEBOOK_DIR),
-                                   kernel_name="python3", progress_bar=False, config=KERNEL_TRANSPORT)
+                                   kernel_name="python3", progress_bar=False, config=transport)
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
+    finally:
+        shutil.rmtree(Path(transport.KernelManager.ip).parent, ignore_errors=True)
     tmp.replace(out)  # failed runs are kept too (papermill marks them), so the report can show the error
     return {"name": name, "path": out, "status": "failed" if error else "ok",
             "seconds": time.perf_counter() - start, "error": error}

@@ -261,3 +261,24 @@ def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 1 and "1 notebook(s) failed: table8_lambda" in captured.err
     assert "[1/1] table8_lambda: running" in captured.out and "[1/1] table8_lambda: failed" in captured.out
+
+
+def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
+    """Two `cse-kit report` started together on one checkout: each kernel has its own IPC socket folder (jupyter's
+    default relative "kernel-ipc" let one report's kernels answer the other's, "Invalid Signature")."""
+    import os
+    import sys
+
+    def start(name):
+        return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
+                                 "diffaug_table5_hparams", "table12_14_hparams", "--data-dir", str(data_dir),
+                                 "--results-dir", str(tmp_path / name / "results"), "--out", str(tmp_path / name)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "TQDM_DISABLE": "1"})
+
+    reports = [start("a"), start("b")]
+    outputs = [r.communicate(timeout=600)[0] for r in reports]
+    for r, out in zip(reports, outputs):
+        assert r.returncode == 0, out
+        assert "Invalid Signature" not in out and "Invalid Message" not in out
+        assert out.count(": ok (") == 2, out
