@@ -119,6 +119,16 @@ def notebook_html(nb) -> str:
     return body
 
 
+def comparison_frame(lines: list[dict]) -> pd.DataFrame:
+    """A saved comparison back as compare() made it: JSON wrote NaN as null, so a column of a figure the paper gives
+    no numbers for (paper, diff) comes back as None throughout; numbers again, NaN where null."""
+    frame = pd.DataFrame(lines)
+    for column in ("paper", "mean", "std", "diff", "n", "tolerance"):
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
 def table_html(table: dict, uid: str) -> str:
     """One notebook's section: the comparison in the paper's layout (long form collapsed), notes, extra tables,
     examples and figures."""
@@ -126,7 +136,7 @@ def table_html(table: dict, uid: str) -> str:
              f"<p class='meta'>profile <b>{html.escape(table['profile'])}</b>: {html.escape(table['profile_note'])}"
              f" &middot; seeds {html.escape(str(table['seeds']))}</p>"]
     if table["comparison"]:
-        frame = pd.DataFrame(table["comparison"])
+        frame = comparison_frame(table["comparison"])
         parts.append(paper_layout_html(frame, "paper vs reproduced"))
         parts.append(f"<details><summary>long form (every row × column)</summary>{long_form_html(frame)}</details>")
     for note in table["notes"]:

@@ -108,3 +108,17 @@ def test_rows_with_other_columns_get_their_own_table_and_settings_show_as_intege
     first, second = page.split("</table>")[:2]
     assert "batch size" in first and "<th>BERT-base</th>" not in first and "14: DiffCSE (train)" in second
     assert "<b>64 (n=1)</b>" in first and "<b>0.005 (n=1)</b>" in first
+
+
+def test_a_saved_figure_without_paper_numbers_renders_in_the_report():
+    """compare()'s NaN is null in the saved JSON; a figure with no paper numbers (DiffAug Figures 3, 5) has only
+    nulls in `paper` and `diff`, which pandas keeps as None: the report made numbers of them again."""
+    import json
+
+    from cse_kit import report
+
+    saved = json.loads(json.dumps([{"row": "8", "column": "STS-B", "paper": None, "mean": 7.5, "std": None, "n": 1,
+                                    "diff": None, "reason": ""}]))
+    html = report.table_html({"title": "DiffAug Figure 5", "profile": "smoke", "profile_note": "", "seeds": [1],
+                              "comparison": saved, "notes": [], "figures": []}, "figure5")
+    assert "<b>7.50 (n=1)</b>" in html and "—" in html
