@@ -212,3 +212,32 @@ def test_batched_classifier_with_shared_training_rows_matches_sequential_trainin
     for f, a in zip(fits, acc):
         ref, _ = _sentevals_own_fit(X, y, train, valid, f.l2, CONFIGS["fasttest"], 1111, 3)
         assert a == pytest.approx(ref, abs=1.5 / len(valid))
+
+
+def test_the_progress_bar_counts_the_padded_tokens_each_batch_costs(tiny_bert, monkeypatch):
+    """Its unit is the work (batch rows x their padded width), so the rate, and the ETA, stays steady although the
+    longest sentences are encoded first."""
+    import tqdm
+
+    seen = {}
+
+    class Bar:
+        def __init__(self, total, unit, **_):
+            seen.update(total=total, unit=unit, done=0)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            seen["done"] += n
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    tokenizer, model = tiny_bert
+    sentences = ["a", "a somewhat longer sentence with more words in it", "two words", "the cat sat on the mat"]
+    encoder = Encoder(model, tokenizer, "avg", batch_size=2, progress=True)
+    encoder.encode(sentences)
+    widths = sorted((len(tokenizer(s)["input_ids"]) for s in sentences), reverse=True)  # longest first, pairs
+    assert seen["unit"] == "tok" and seen["total"] == seen["done"] == 2 * widths[0] + 2 * widths[2]

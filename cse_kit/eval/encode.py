@@ -159,7 +159,11 @@ class Encoder:
         need_hidden = self.pooler not in ("cls", "cls_before_pooler", "avg", *PROMPT_POOLERS)
         cuda = self.device.type == "cuda"
         pooled = []  # kept on the device and copied once at the end: no host sync per batch
-        with torch.inference_mode(), self._autocast(), tqdm(total=len(sentences), unit="sent", desc="encoding",
+        # the bar counts padded tokens, the work a batch costs: in sentences its rate swung tenfold from the longest
+        # batches (encoded first) to the shortest, and the ETA with it
+        work = sum(len(chunk) * max(len(ids[j]) for j in chunk) for chunk in batches)
+        with torch.inference_mode(), self._autocast(), tqdm(total=work, unit="tok", unit_scale=True,
+                                                           desc=f"encoding {len(sentences)} sentences",
                                                            disable=not self.progress) as bar:
             for chunk in batches:
                 input_ids, mask = pad_ids([ids[j] for j in chunk], self.tokenizer.pad_token_id)
@@ -172,7 +176,7 @@ class Encoder:
                 if self.pooler == "prompt_mask_denoised":
                     vectors = self._denoise(vectors, batch["attention_mask"])
                 pooled.append(vectors.float())
-                bar.update(len(chunk))
+                bar.update(input_ids.numel())
         embeddings = torch.cat(pooled).cpu().numpy()
         for j, row in zip(np.concatenate(batches), embeddings):
             self._cache[sentences[j]] = row
