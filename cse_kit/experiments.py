@@ -295,8 +295,8 @@ def side_by_side(table: int | str, ours: dict[str, dict], paper_row=None, paper:
     for row, values in ours.items():
         for column, value in values.items():
             ref = float(published.loc[paper_row(row), column])
-            lines.append({"row": row, "column": column, "paper": ref, "mean": float(value), "std": math.nan, "n": 1,
-                          "diff": float(value) - ref, "reason": ""})
+            ours = {"mean": float(value), "std": math.nan, "n": 1, "reason": ""}
+            lines.append(_line(row, column, ref, ours, ours["mean"] - ref))
     return pd.DataFrame(lines)
 
 

@@ -55,6 +55,13 @@ def prefix_cache(table: torch.Tensor, config):
     return cache
 
 
+def prefix_half_mask(prefixes: torch.Tensor, prefix_len: int) -> torch.Tensor:
+    """(rows, 2l) attention mask over a table of two prefixes: row i attends prefix prefixes[i] only (0: positions
+    0..l-1, θ1; 1: positions l..2l-1, θ2), as DiffAug's official code selects them (diffaug/models.py:194-229)."""
+    halves = torch.arange(2 * prefix_len, device=prefixes.device) // prefix_len
+    return (halves.unsqueeze(0) == prefixes.unsqueeze(1)).long()
+
+
 def encode_with_prefix(encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, table: torch.Tensor,
                        prefix_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
                        output_hidden_states: bool = False):

@@ -25,6 +25,11 @@ def tolerance_of(line) -> float:
     return TOLERANCES.get(line.column, DEFAULT_TOLERANCE)
 
 
+def within_tolerance(line) -> bool:
+    """|Δ| within the line's tolerance (the rule Δ's colour and the report's "reproduced" both follow)."""
+    return abs(line.diff) <= tolerance_of(line) + 1e-12
+
+
 def fmt_number(x: float, decimals: int | None = None) -> str:
     """Scores with two decimals as the papers print them; whole numbers as integers; small values (learning
     rates, λ, alignment) with three significant digits, so 7e-06 and 0.005 never round to 0.00."""
@@ -76,7 +81,7 @@ def _cell_html(line) -> str:
     # paper, ours and Δ on three short lines: an 8-column table fits a 1400-px window
     cell = f"<span class='paper'>{fmt_number(line.paper)}</span><br><b>{fmt_ours(line.mean, line.std, line.n)}</b>"
     if not math.isnan(line.diff):
-        colour = GREEN if abs(line.diff) <= tolerance_of(line) + 1e-12 else RED
+        colour = GREEN if within_tolerance(line) else RED
         cell += f"<br><span class='delta' style='color:{colour}'>{fmt_diff(line.diff, line.mean)}</span>"
     return cell
 

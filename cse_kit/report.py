@@ -24,7 +24,7 @@ from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
 from .papers import PAPERS, all_notebooks, paper_key, paper_module
 from .papers import notebooks as paper_notebooks
-from .render import fmt_number, fmt_ours, long_form_html, paper_layout_html
+from .render import fmt_number, fmt_ours, long_form_html, paper_layout_html, within_tolerance
 from .results import default_results_dir, source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,19 +176,11 @@ def _headline(table: dict, paper: str, artefact: str) -> str:
             f"{fmt_ours(mean, std, line['n'])}")
 
 
-def _number(x) -> float:
-    return math.nan if x is None else float(x)
-
-
-def _outside_tolerance(lines: list[dict]) -> list[dict]:
-    """The cells that ran, have a paper value, and differ from it by more than their metric's tolerance."""
-    from types import SimpleNamespace
-
-    from .render import tolerance_of
-
-    return [line for line in lines if line["n"] and math.isfinite(_number(line["paper"]))
-            and math.isfinite(_number(line["mean"]))
-            and abs(_number(line["mean"]) - _number(line["paper"])) > tolerance_of(SimpleNamespace(**line)) + 1e-12]
+def _outside_tolerance(lines: list[dict]) -> int:
+    """How many cells ran, have a paper value, and differ from it by more than their metric's tolerance."""
+    frame = comparison_frame(lines)
+    return sum(1 for line in frame.itertuples() if line.n and math.isfinite(line.paper) and math.isfinite(line.mean)
+               and not within_tolerance(line))
 
 
 def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
@@ -210,7 +202,7 @@ def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
         return "built", f"built ({profile})", ""
     outside = _outside_tolerance(lines)
     if outside:
-        return "differs", "differs (paper)", f"{len(outside)} cell(s) outside tolerance"
+        return "differs", "differs (paper)", f"{outside} cell(s) outside tolerance"
     return "reproduced", "reproduced", ""
 
 

@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from ..io import write_json_atomic
-from ..prefix import encode_with_prefix
+from .encode import pad_ids
+from ..prefix import encode_with_prefix, prefix_half_mask
 from ..prompt import Template, mask_states
 
 #: The run's folder of stage-1 snapshots, and the cache of their measures inside it.
@@ -222,21 +223,13 @@ def _templated_batches(tokenizer, template: Template, sentences: list[str], batc
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     for start in range(0, len(sentences), batch_size):
         sub_words = tokenizer(list(sentences[start:start + batch_size]), add_special_tokens=False)["input_ids"]
-        rows = [template.wrap_ids(ids[:max_seq_length]) for ids in sub_words]
-        length = max(map(len, rows))
-        ids = torch.full((len(rows), length), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, row in enumerate(rows):
-            ids[i, :len(row)] = torch.tensor(row)
-            mask[i, :len(row)] = 1
+        ids, mask = pad_ids([template.wrap_ids(ids[:max_seq_length]) for ids in sub_words], tokenizer.pad_token_id)
         yield ids.to(device), mask.to(device)
 
 
 def _prefix_mask(rows: int, prefix: int, prefix_len: int, device) -> torch.Tensor:
-    """(rows, 2l): prefix 0 (θ1) attends table rows 0..l-1, prefix 1 (θ2) rows l..2l-1."""
-    mask = torch.zeros(rows, 2 * prefix_len, dtype=torch.long, device=device)
-    mask[:, prefix * prefix_len:(prefix + 1) * prefix_len] = 1
-    return mask
+    """(rows, 2l): every row through prefix 0 (θ1: table rows 0..l-1) or 1 (θ2: rows l..2l-1)."""
+    return prefix_half_mask(torch.full((rows,), prefix, device=device), prefix_len)
 
 
 def _prefix_view(encoder, template: Template, ids, mask, table: torch.Tensor, prefix: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix
+from ..prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
 from .contrastive import MLPProjector, info_nce, init_like_official
 
@@ -101,10 +101,8 @@ class DiffAug(nn.Module):
 
     def _view_masks(self, rows: int, views: int, device) -> torch.Tensor:
         """(rows * views, 2l): view 0 attends the first l positions (θ1), views 1 and 2 the last l (θ2)."""
-        first = torch.zeros(views, 2 * self.prefix_len, device=device)
-        first[0, :self.prefix_len] = 1
-        first[1:, self.prefix_len:] = 1
-        return first.repeat(rows, 1)
+        prefixes = (torch.arange(views, device=device) > 0).long().repeat(rows)
+        return prefix_half_mask(prefixes, self.prefix_len)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(rows, views, hidden): the [MASK] state of each view through its prefix (no denoising, no MLP)."""
@@ -120,9 +118,8 @@ class DiffAug(nn.Module):
         the real tokens' do (models.py:96-129, with dropout and gradient, as there). All rows in one encoder pass,
         each attending its half of the table, as the views do: one pass, not one per prefix."""
         ids, positions = self.template.denoising_inputs(shifts, offset=2 * self.prefix_len)
-        halves = torch.arange(2 * self.prefix_len, device=ids.device) // self.prefix_len
-        prefix_mask = (halves.unsqueeze(0) == prefixes.unsqueeze(1)).long()
-        out = encode_with_prefix(self.encoder, ids, torch.ones_like(ids), self._table(len(ids)), prefix_mask, positions)
+        out = encode_with_prefix(self.encoder, ids, torch.ones_like(ids), self._table(len(ids)),
+                                 prefix_half_mask(prefixes, self.prefix_len), positions)
         return mask_states(out.last_hidden_state, ids, self.template.mask_token_id)
 
     def denoised(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
