@@ -68,6 +68,12 @@ class SimCSE(nn.Module):
         pooled = pool(outputs, flat["attention_mask"], self.pooler)
         return pooled, self.projector(pooled)
 
+    def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(rows, views, hidden): each view's training vector, the pooled state through the projector (what the
+        semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
+        _, projected = self.encode_views({"input_ids": input_ids, "attention_mask": attention_mask})
+        return projected.view(*input_ids.shape[:2], -1)
+
     def contrastive_loss(self, projected: torch.Tensor, views: int) -> torch.Tensor:
         z = projected.view(-1, views, projected.shape[-1])
         z3 = z[:, 2] if views == 3 else None

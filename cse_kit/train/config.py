@@ -118,6 +118,10 @@ class TrainConfig:
     diffaug_variant: str = "paper"  # paper | official-code: the defaults of the two choices below
     denoise_offset: str | None = None  # sentence (paper) | sentence+prefix (official code)
     stage1_clip: str | None = None  # trained (paper) | all (official code)
+    # DiffAug Table 6's semi-supervised strategies for any method with a training sentence vector (SimCSE,
+    # PromptBERT, ConSERT; cse_kit.methods.semi): none | joint (L_cl + aux_weight · L_ce on nli_data) | sup-unsup
+    # (L_ce for stage1_steps at stage1_lr, then L_cl) | sup-joint (L_ce, then the joint loss)
+    semi_strategy: str = "none"
     # provenance
     preset: str | None = None
     profile: str | None = None
@@ -168,6 +172,7 @@ class TrainConfig:
         self._validate_esimcse(need)
         self._validate_scd(need)
         self._validate_diffaug(need)
+        self._validate_semi(need)
 
     def _validate_diffaug(self, need) -> None:
         need(self.max_seq_length >= 1, f"max_seq_length must be >= 1, got {self.max_seq_length}")
@@ -192,6 +197,27 @@ class TrainConfig:
              "DiffAug reads the [MASK] of a prompt template: set pooler=prompt_mask and a template")
         need(self.method != "diffaug" or self.nli_data or not (self.stage1_steps or self.aux_weight),
              "DiffAug's stage 1 and auxiliary loss train on NLI triplets: set nli_data (NLI, or SNLI-triplets offline)")
+
+    def _validate_semi(self, need) -> None:
+        from ..methods.semi import STRATEGIES
+
+        strategy = self.semi_strategy
+        need(strategy in STRATEGIES, f"unknown semi_strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+        if strategy == "none":
+            need(self.method == "diffaug" or not (self.stage1_steps or self.aux_weight), "stage1_steps and "
+                 f"aux_weight train DiffAug's stages or a semi-supervised strategy; for {self.method} set "
+                 "semi_strategy=joint|sup-unsup|sup-joint, or leave them 0")
+            return
+        need(self.method != "diffaug", "DiffAug has its own semi-supervised training (stage1_steps, aux_weight): "
+             "leave semi_strategy=none")
+        need(self.nli_data, f"semi_strategy {strategy} trains on NLI triplets: set nli_data (NLI, or SNLI-triplets "
+             "offline)")
+        need((strategy == "joint") == (self.stage1_steps == 0), f"semi_strategy {strategy} "
+             + ("has no supervised stage: set stage1_steps=0" if strategy == "joint"
+                else "starts with a supervised stage: set stage1_steps > 0"))
+        need((strategy == "sup-unsup") == (self.aux_weight == 0), f"semi_strategy {strategy} "
+             + ("has no joint loss: set aux_weight=0" if strategy == "sup-unsup"
+                else "adds aux_weight · L_ce (Eq. 13): set aux_weight > 0"))
 
     def diffaug_options(self) -> dict:
         """The paper-vs-code choices of DiffAug: explicit settings over the variant's defaults."""

@@ -1,10 +1,10 @@
 """The training loop on Hugging Face Accelerate: one CPU, one GPU or several (`accelerate launch`), AMP, a linear
 schedule, dev evaluation every `eval_steps` with the best model kept apart, resumable checkpoints, a JSONL log.
 
-A method with a first stage (DiffAug: `stage1_parameters()`) trains `stage1_steps` steps on NLI batches with its
-own optimizer over those parameters (lr `stage1_lr`), then the main stage with the main optimizer over everything;
-both linear schedules are sized to the main stage's length, as the official DiffAug trainer (trainers.py:285-310).
-The step counter runs over both stages, so evaluation, checkpoints and resume cross the boundary unchanged."""
+A method with a first stage (DiffAug, or any method under a `sup-*` semi-supervised strategy:
+`stage1_parameters()`) trains `stage1_steps` steps on NLI batches with its own optimizer over those parameters (lr
+`stage1_lr`), then the main stage with the main optimizer over everything; DiffAug's two linear schedules are both
+sized to the main stage's length, as the official DiffAug trainer (trainers.py:285-310). The step counter runs over both stages, so evaluation, checkpoints and resume cross the boundary unchanged."""
 
 from __future__ import annotations
 
@@ -98,8 +98,18 @@ def build_objective(cfg: TrainConfig, tokenizer, encoder):
     """The configured method's objective around the encoder: each method builds itself from the config
     (`from_config`), so adding a method touches its own module, the registry and its config fields only."""
     from ..methods import METHODS
+    from ..methods.semi import SemiSupervised
 
-    return METHODS[cfg.method].from_config(cfg, tokenizer, encoder)
+    objective = METHODS[cfg.method].from_config(cfg, tokenizer, encoder)
+    if cfg.semi_strategy != "none":  # DiffAug Table 6's strategies wrap the method, whichever it is
+        objective = SemiSupervised(objective, cfg.semi_strategy, cfg.aux_weight)
+    return objective
+
+
+def linear_schedule(steps: int, warmup: int):
+    """The learning-rate factor at step s: linear warm-up over `warmup` steps, then linear decay to 0 at `steps`
+    (HF Trainer's linear schedule, which every official code uses)."""
+    return lambda s: min(1.0, (s + 1) / warmup) if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))
 
 
 def _is_better(new: float, best: float | None) -> bool:
@@ -147,7 +157,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
 
     # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
-        if hasattr(METHODS[cfg.method], "stage1_parameters") else []
+        if hasattr(METHODS[cfg.method], "stage1_parameters") or cfg.semi_strategy != "none" else []
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available(),
                               kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
@@ -177,7 +187,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     if not main_steps:
         raise ValueError(f"gradient_accumulation {accumulation} needs more than {batches.steps_per_epoch} batches")
     first_stage = cfg.stage1_steps if hasattr(objective, "stage1_parameters") else 0
-    if first_stage > main_steps:
+    if first_stage > main_steps and not getattr(objective, "stage1_own_schedule", False):
         warnings.warn(f"stage1_steps {first_stage} exceed the main stage's {main_steps} steps: both schedules are "
                       f"sized to the main stage (as the official DiffAug trainer), so stage 1 runs at learning "
                       f"rate 0 after step {main_steps}", stacklevel=2)
@@ -193,9 +203,11 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                                             weight_decay=cfg.weight_decay, fused=fused))
     if cfg.compile:
         objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
-    schedulers = [torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if s < cfg.warmup_steps
-        else max(0.0, (main_steps - s) / max(1, main_steps - cfg.warmup_steps))) for opt in optimizers]
+    # DiffAug's stage 1 decays over the main stage's length (its trainer); a first stage that is a run of its own
+    # (the semi-supervised strategies' supervised stage) over its own
+    lengths = [main_steps, first_stage if getattr(objective, "stage1_own_schedule", False) else main_steps]
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(length, cfg.warmup_steps))
+                  for opt, length in zip(optimizers, lengths)]
     # the schedulers stay unprepared: Accelerate would step them once per process, but batch_size is global here
     objective, *optimizers = accelerator.prepare(objective, *optimizers)
     optimizer, scheduler = optimizers[0], schedulers[0]

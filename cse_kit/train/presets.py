@@ -82,6 +82,17 @@ PRESETS = {
     **{f"diffaug-{name}-roberta": ("roberta", DIFFAUG_PRESETS[name]) for name in ("semi", "semi-aux", "sup")},
 }
 
+#: DiffAug Table 6's semi-supervised strategies (cse_kit.methods.semi), set on any SimCSE, PromptBERT or ConSERT
+#: preset with `semi_strategy`: what each fills in unless given. The paper gives none of these; the supervised stage
+#: is ConSERT's sup-sbert run (scripts/sup-sbert-base.sh: batch 96, main.py:65 lr 2e-5, 1 epoch: 2870 steps over
+#: NLI's 275,601 triplets), α is one point of the grid the paper tunes over (the notebooks sweep it, select on dev)
+SEMI_STRATEGY_SETTINGS = {
+    "joint": {"aux_weight": 0.1},
+    "sup-unsup": {"stage1_steps": 2870},
+    "sup-joint": {"stage1_steps": 2870, "aux_weight": 0.1},
+}
+_SEMI_COMMON = {"nli_data": "NLI", "nli_batch_size": 96, "stage1_lr": 2e-5}
+
 #: DiffCSE Table 6: generator name -> checkpoint on the paper profile (Turc et al. compact BERTs on the Hub).
 GENERATORS = {
     "bert-large": "bert-large-uncased", "bert-base": "bert-base-uncased", "distilbert": "distilbert-base-uncased",
@@ -121,6 +132,7 @@ PROFILES = {
             # stage 1, about the paper's ratio (2000 / 3906; both schedules are sized to stage 2, so a stage 1 longer
             # than stage 2 would run at learning rate 0)
             "method_settings": {"diffaug": {"batch_size": 32, "nli_batch_size": 32, "stage1_steps": 8}},
+            "semi_settings": {"nli_batch_size": 32, "stage1_steps": 8},
             "report": {"seeds": [42], "transfer_mode": "test"}},
     # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
     "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm"),
@@ -135,6 +147,7 @@ PROFILES = {
               "ordered_data": "Licenses-ordered",
               "nli_data": "SNLI-triplets",
               "method_settings": {"diffaug": {"nli_batch_size": 16, "stage1_steps": 4, "eval_steps": 4}},
+              "semi_settings": {"nli_batch_size": 16, "stage1_steps": 4},
               # SentEval's fast configuration keeps the smoke report within minutes
               "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
 }
@@ -157,6 +170,18 @@ def _resolve_variant_settings(values: dict) -> dict:
     return {k: v[variant] if isinstance(v, dict) and set(v) == set(ESIMCSE_VARIANTS) else v for k, v in values.items()}
 
 
+def _semi_strategy_defaults(values: dict, profile: dict, given: set[str]) -> dict:
+    """A semi-supervised strategy's settings (SEMI_STRATEGY_SETTINGS, sized by the profile) where neither the
+    preset nor the caller set them."""
+    strategy = values.get("semi_strategy", "none")
+    if strategy not in SEMI_STRATEGY_SETTINGS:
+        return values
+    defaults = {**_SEMI_COMMON, **SEMI_STRATEGY_SETTINGS[strategy], **profile.get("semi_settings", {})}
+    if "stage1_steps" not in SEMI_STRATEGY_SETTINGS[strategy]:  # joint: no supervised stage on any profile
+        defaults.pop("stage1_steps", None)
+    return {**values, **{k: v for k, v in defaults.items() if k not in given}}
+
+
 def build_config(preset: str, profile: str = "paper", overrides: list[str] | dict | None = None) -> TrainConfig:
     """The preset's settings on the profile's models and data, then the overrides (`key=value` strings or a dict)."""
     if preset not in PRESETS:
@@ -173,12 +198,14 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
               "profile": profile, "output_dir": f"runs/{preset}-{profile}"}
     if settings.get("data") == "NLI":  # the profile's NLI triplets (a stand-in offline), not its corpus
         values["data"] = prof["nli_data"]
-    if values.get("nli_data"):
-        values["nli_data"] = prof["nli_data"]
     if isinstance(overrides, dict):
         values.update(overrides)
     elif overrides:
         values = apply_overrides(values, overrides)
+    values = _semi_strategy_defaults(values, prof, set(overrides or ()) if isinstance(overrides, dict)
+                                     else {o.partition("=")[0].strip().replace("-", "_") for o in overrides or ()})
+    if values.get("nli_data") == "NLI":  # "NLI" is the profile's NLI triplets (a stand-in offline)
+        values["nli_data"] = prof["nli_data"]
     values = _resolve_variant_settings(values)
     if values.get("target", "same") != "same" and values["data"] == prof["settings"]["data"]:
         values["data"] = prof["ordered_data"]  # the next-sentence variants train on the profile's ordered corpus

@@ -1,0 +1,92 @@
+"""DiffAug's semi-supervised training strategies (Wang & Lu 2022, Appendix C, Table 6), one setting for any method
+that can say how it represents a sentence in training (`sentence_embeddings`): SimCSE, PromptBERT and ConSERT.
+
+- `joint`: L_cl on the method's own data (Wiki1M) + α · L_ce on NLI (Eq. 13), from the start;
+- `sup-unsup`: L_ce on NLI for `stage1_steps`, then the method's L_cl alone;
+- `sup-joint`: L_ce on NLI for `stage1_steps`, then L_joint.
+
+L_ce is DiffAug's stage-1 head: softmax cross-entropy of a Linear(3h, 2) on [u; v; |u - v|] of NLI triplets,
+(anchor, entailment) -> 1 and (anchor, contradiction) -> 0 (DiffAug models.py:314-325). The supervised stage trains
+the encoder with the head, as ConSERT's `sup-sbert` run does before the contrastive run continues from it
+(ConSERT scripts/sup-sbert-base.sh, then sup-consert-sup-unsup-base.sh with --continue_training): so stage 1 trains
+every parameter at `stage1_lr`, with its own linear schedule over its own steps (two runs there), and the second
+stage starts a fresh optimizer at `lr`, as a continued run does."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .contrastive import init_like_official
+
+STRATEGIES = ("none", "joint", "sup-unsup", "sup-joint")
+
+
+def nli_cross_entropy(classifier: nn.Module, z: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of `classifier` on [u; v; |u - v|] of (rows, 3, hidden) triplets: (anchor, entailment) -> 1,
+    (anchor, contradiction) -> 0 (DiffAug models.py:314-325)."""
+    u, v, w = z[:, 0], z[:, 1], z[:, 2]
+    features = torch.cat([torch.cat([u, v, (u - v).abs()], 1), torch.cat([u, w, (u - w).abs()], 1)])
+    labels = torch.cat([torch.ones(len(u)), torch.zeros(len(u))]).long().to(z.device)
+    return nn.functional.cross_entropy(classifier(features).float(), labels)
+
+
+class SemiSupervised(nn.Module):
+    """`inner` (a method's objective) trained under one of the strategies. The exported model and test pooler are
+    the inner method's; the head is training-only. Batches carry the NLI triplets as `nli_input_ids` /
+    `nli_attention_mask` (the loop adds them in stage 1 and, with α > 0, to every main-stage batch)."""
+
+    #: the first stage is a run of its own (sup-sbert): its schedule decays over its own steps
+    stage1_own_schedule = True
+
+    def __init__(self, inner: nn.Module, strategy: str, alpha: float = 0.0):
+        super().__init__()
+        if strategy not in STRATEGIES[1:]:
+            raise ValueError(f"unknown semi_strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+        if not hasattr(inner, "sentence_embeddings"):
+            raise ValueError(f"{inner.method} has no training sentence vector for the NLI head; the semi-supervised "
+                             "strategies apply to simcse, promptbert and consert")
+        self.inner, self.strategy, self.alpha = inner, strategy, alpha
+        self.encoder = inner.encoder
+        config = inner.encoder.config
+        self.classifier = init_like_official(nn.Linear(3 * config.hidden_size, 2),
+                                             getattr(config, "initializer_range", 0.02))
+        self.stage = 2
+
+    @property
+    def method(self) -> str:
+        return self.inner.method
+
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        """The supervised stage trains everything: the encoder, the method's parts the vector passes through, the
+        head."""
+        return list(self.parameters())
+
+    def clipped_parameters(self) -> list[nn.Parameter]:
+        return list(self.parameters())
+
+    def stage1_state(self) -> dict[str, torch.Tensor]:
+        """The head after the supervised stage (the encoder's state is in the checkpoints)."""
+        return {f"classifier.{k}": v.detach().float().cpu().contiguous()
+                for k, v in self.classifier.state_dict().items()}
+
+    def nli_loss(self, batch: dict) -> torch.Tensor:
+        return nli_cross_entropy(self.classifier, self.inner.sentence_embeddings(batch["nli_input_ids"],
+                                                                                  batch["nli_attention_mask"]))
+
+    def forward(self, batch: dict) -> dict:
+        if self.stage == 1:
+            loss = self.nli_loss(batch)
+            return {"loss": loss, "nli": loss.detach()}
+        out = self.inner(batch)
+        if not self.alpha:
+            return out
+        aux = self.nli_loss(batch)
+        return {**out, "loss": out["loss"] + self.alpha * aux, "nli": aux.detach()}
+
+    def test_model(self):
+        return self.inner.test_model()
+
+    @property
+    def test_pooler(self) -> str:
+        return self.inner.test_pooler
