@@ -14,14 +14,18 @@ def _data_dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _print_status(report: dict) -> None:
+    from .train.presets import PROFILE_DATA
+
     rows = []
     for name, r in report["datasets"].items():
         state = "verified" if r["verified"] else ("PROBLEM" if r["present"] else "missing")
         counts = " ".join(f"{k}={v}" for k, v in r["counts"].items())
-        rows.append((name, state, counts))
+        needed = ",".join(p for p, names in PROFILE_DATA.items() if name in names) or "-"
+        rows.append((name, state, needed, counts))
     width = max(len(r[0]) for r in rows)
-    for name, state, counts in rows:
-        print(f"{name:<{width}}  {state:<8}  {counts}")
+    print(f"{'dataset':<{width}}  {'state':<8}  {'needed by':<16}  counts")
+    for name, state, needed, counts in rows:
+        print(f"{name:<{width}}  {state:<8}  {needed:<16}  {counts}")
     for name, r in report["datasets"].items():
         for problem in r["problems"]:
             print(f"  {name}: {problem}", file=sys.stderr)
@@ -29,6 +33,7 @@ def _print_status(report: dict) -> None:
 
 def cmd_data(args) -> int:
     from . import data
+    from .train.presets import PROFILE_DATA
 
     if args.action == "download":
         placed = data.download(args.names, args.data_dir)
@@ -55,10 +60,12 @@ def cmd_data(args) -> int:
     else:
         print(f"data directory: {data.resolve_data_dir(args.data_dir)}")
         _print_status(report)
-    # a named dataset must be there and verified; without names, every dataset that is there must be verified
-    bad = [n for n, r in report["datasets"].items() if not r["verified"] and (named or r["present"])]
+    # a named dataset, or one the --profile needs, must be there and verified; every dataset there must be verified
+    needed = set(named or ()) | set(PROFILE_DATA.get(getattr(args, "profile", None), ()))
+    bad = [n for n, r in report["datasets"].items() if not r["verified"] and (n in needed or r["present"])]
     if bad:
-        print(f"cse-kit: not verified: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an intact copy, "
+        why = f" (needed by the {args.profile} profile)" if getattr(args, "profile", None) else ""
+        print(f"cse-kit: missing or not verified{why}: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an intact copy, "
               f"or `cse-kit data download {' '.join(bad)}`", file=sys.stderr)
         return 1
     return 0
@@ -214,8 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = data_sub.add_parser("import", help="lay out datasets from local archives or folders")
     p.add_argument("paths", nargs="+")
     _data_dir_arg(p)
-    p = data_sub.add_parser("status", help="one row per dataset: present, verified, counts")
+    p = data_sub.add_parser("status", help="one row per dataset: present, verified, the profiles that need it, "
+                                           "counts")
     p.add_argument("names", nargs="*")
+    p.add_argument("--profile", choices=("paper", "cpu", "smoke"),
+                   help="exit 1 unless every dataset this profile needs is present and verified")
     p.add_argument("--json", action="store_true")
     _data_dir_arg(p)
     p_data.set_defaults(func=cmd_data)

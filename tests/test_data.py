@@ -32,6 +32,15 @@ def test_status_json_reports_every_evaluation_set_verified_with_official_counts(
     assert report["Wiki1M"] == {"present": False, "verified": False, "counts": {}, "problems": []}
 
 
+def test_status_names_the_profiles_each_dataset_serves_and_fails_only_for_the_asked_profiles_needs(data_dir, capsys):
+    assert main(["data", "status", "--data-dir", str(data_dir)]) == 0  # Wiki1M is missing: only paper needs it
+    out = capsys.readouterr().out
+    assert "needed by" in out and any(line.split()[:3] == ["Wiki1M", "missing", "paper"] for line in out.splitlines())
+    assert main(["data", "status", "--profile", "paper", "--data-dir", str(data_dir)]) == 1
+    err = capsys.readouterr().err
+    assert "missing or not verified (needed by the paper profile): Wiki1M, NLI, WikiText-103" in err
+
+
 def test_status_of_a_missing_or_empty_directory_says_so_once_and_how_to_fill_it(tmp_path, capsys):
     assert main(["data", "status", "--data-dir", str(tmp_path / "dta")]) == 1
     err = capsys.readouterr().err

@@ -7,6 +7,7 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 from __future__ import annotations
 
 from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
+from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
 from ..prompt import PROMPTBERT_BERT
 from .config import TrainConfig, apply_overrides
@@ -44,6 +45,21 @@ DIFFAUG_PRESETS = {
     "sup-official": {**_DIFFAUG_SUP, **_DIFFAUG_OFFICIAL, "stage1_steps": 1250, "gradient_accumulation": 4},
 }
 
+# PromptBERT, the official run.sh (kongds/Prompt-BERT@690ba6e): sentences cut to 32 sub-words before the template,
+# τ 0.05, STS-B dev every 125 steps (run.sh:5-6, 158-164), template denoising in training
+# (--mask_embedding_sentence_delta).
+# Unsupervised (unsup-bert :91-108, unsup-roberta :73-90): two templates, the MLP in training only (--mlp_only_train),
+# Wiki1M, batch 256 on one GPU, lr 1e-5, 1 epoch, tested on the first template's raw [MASK] state (:106-107, :88-89).
+# Supervised (sup-bert :125-141, sup-roberta :109-124): NLI triplets in the first template, 4 GPUs x 128, lr 5e-5,
+# 3 epochs, tested denoised (:120-123, :137-140); sup-bert's head is BERT's MLM transform before the denoising
+# (--mask_embedding_sentence_org_mlp), sup-roberta's the MLP after it
+_PROMPTBERT = {"method": "promptbert", "max_seq_length": 32, "temp": 0.05, "eval_steps": 125,
+               "metric": "stsb_spearman", "denoise": True, "promptbert_variant": "paper"}
+_PROMPTBERT_UNSUP = {**_PROMPTBERT, "data": "Wiki1M", "batch_size": 256, "lr": 1e-5, "epochs": 1, "projector": "mlp",
+                     "pooler": "prompt_mask"}
+_PROMPTBERT_SUP = {**_PROMPTBERT, "data": "NLI", "batch_size": 512, "lr": 5e-5, "epochs": 3,
+                   "pooler": "prompt_mask_denoised"}
+
 #: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
 #: §2.3 (SCD: paper §3.1, the official README and issue #2), §2.4 and ESimCSE/run.sh.
 PRESETS = {
@@ -80,6 +96,13 @@ PRESETS = {
     **{f"diffaug-{name.replace('-official', '')}-bert{'-official' if 'official' in name else ''}": ("bert", settings)
        for name, settings in DIFFAUG_PRESETS.items()},
     **{f"diffaug-{name}-roberta": ("roberta", DIFFAUG_PRESETS[name]) for name in ("semi", "semi-aux", "sup")},
+    **{f"prompt{backbone}-{backbone}": (backbone, {**_PROMPTBERT_UNSUP, "template": PROMPTBERT_TEMPLATES[backbone][0],
+                                                   "template2": PROMPTBERT_TEMPLATES[backbone][1]})
+       for backbone in ("bert", "roberta")},
+    "promptbert-sup-bert": ("bert", {**_PROMPTBERT_SUP, "template": PROMPTBERT_TEMPLATES["bert"][0],
+                                     "projector": "none", "mlm_transform": True}),
+    "promptroberta-sup-roberta": ("roberta", {**_PROMPTBERT_SUP, "template": PROMPTBERT_TEMPLATES["roberta"][0],
+                                              "projector": "mlp"}),
 }
 
 #: DiffAug Table 6's semi-supervised strategies (cse_kit.methods.semi), set on any SimCSE, PromptBERT or ConSERT
@@ -100,6 +123,15 @@ GENERATORS = {
     "bert-mini": "google/bert_uncased_L-4_H-256_A-4", "bert-tiny": "google/bert_uncased_L-2_H-128_A-2",
     "distilroberta": "distilroberta-base",
 }
+
+
+_EVALUATION_DATA = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "MR", "CR", "SUBJ",
+                    "MPQA", "SST2", "TREC", "MRPC")
+#: profile -> the registered datasets its reports train and evaluate on (`cse-kit data status --profile`): the
+#: evaluation sets, the corpus, the NLI triplets (SNLI's dev/test off `paper`) and the ordered corpus
+PROFILE_DATA = {"paper": (*_EVALUATION_DATA, "Wiki1M", "NLI", "WikiText-103"),
+                "cpu": (*_EVALUATION_DATA, "Wiki1M-sample", "SNLI", "Licenses-ordered"),
+                "smoke": (*_EVALUATION_DATA, "Wiki1M-sample", "SNLI", "Licenses-ordered")}
 
 
 class ProfileUnavailable(ValueError):
@@ -131,7 +163,9 @@ PROFILES = {
             # DiffAug: batches of 32 (256 would leave the 512-sentence sample 2 steps): 16 stage-2 steps and 8 of
             # stage 1, about the paper's ratio (2000 / 3906; both schedules are sized to stage 2, so a stage 1 longer
             # than stage 2 would run at learning rate 0)
-            "method_settings": {"diffaug": {"batch_size": 32, "nli_batch_size": 32, "stage1_steps": 8}},
+            "method_settings": {"diffaug": {"batch_size": 32, "nli_batch_size": 32, "stage1_steps": 8},
+                                # PromptBERT: batches of 64, 8 steps on the 512 sentences, as SimCSE's cpu runs
+                                "promptbert": {"batch_size": 64}},
             "semi_settings": {"nli_batch_size": 32, "stage1_steps": 8},
             "report": {"seeds": [42], "transfer_mode": "test"}},
     # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
