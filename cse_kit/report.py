@@ -11,6 +11,7 @@ import html
 import json
 import math
 import os
+import re
 import shutil
 import time
 from functools import lru_cache
@@ -89,6 +90,17 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     tmp.replace(out)  # failed runs are kept too (papermill marks them), so the report can show the error
     return {"name": name, "path": out, "status": "failed" if error else "ok",
             "seconds": time.perf_counter() - start, "error": error}
+
+
+def notebook_warnings(nb) -> list[str]:
+    """The warnings an executed notebook raised ("UserWarning: 2 runs pending ..."), from its cells' stderr, once
+    each: the report prints them, since a reader of the console never opens the executed notebook."""
+    found = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                found += [m.group(1) for m in re.finditer(r"(\w*Warning: .*)", output.get("text", ""))]
+    return list(dict.fromkeys(found))
 
 
 def _failed(nb) -> bool:
@@ -383,6 +395,9 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
         run = execute(name, params, out_dir / "executed", force)
         log(f"[{i}/{len(names)}] {name}: {run['status']} ({run['seconds']:.0f} s)"
             f"{' ' + run['error'] if run['error'] else ''}")
+        if run["status"] != "reused":
+            for warning in notebook_warnings(nbformat.read(run["path"], as_version=4)):
+                log(f"    {name}: {warning}")
         runs.append(run)
     tables, failures, appendix, environment = {}, {}, [], None
     sections: dict[str, list[str]] = {}

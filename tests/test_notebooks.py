@@ -282,3 +282,16 @@ def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
         assert r.returncode == 0, out
         assert "Invalid Signature" not in out and "Invalid Message" not in out
         assert out.count(": ok (") == 2, out
+
+
+def test_the_warnings_an_executed_notebook_raised_are_read_back_once_each():
+    """What `cse-kit report` prints under a notebook's line: its cells' warnings, not their other stderr."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
+    text = ("/x/results.py:249: UserWarning: result record r.json is corrupt (bad); moved to r.corrupt and recomputing"
+            " it\n  warnings.warn(\ntokenizing: 100%\n/x/loop.py:12: RuntimeWarning: stage1_steps 9 exceed\n")
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text=text),
+                           nbformat.v4.new_output("stream", name="stdout", text="UserWarning: printed, not raised\n"),
+                           nbformat.v4.new_output("stream", name="stderr", text=text)]
+    assert report.notebook_warnings(nb) == [
+        "UserWarning: result record r.json is corrupt (bad); moved to r.corrupt and recomputing it",
+        "RuntimeWarning: stage1_steps 9 exceed"]
