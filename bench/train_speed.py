@@ -1,12 +1,15 @@
 """Training throughput on this machine (issue: training engine).
 
-  python bench/train_speed.py [--steps 8] [--batch-size 64] [--methods simcse,diffcse,scd,esimcse,diffaug,st] [--eval]
+  python bench/train_speed.py [--steps 8] [--batch-size 64]
+                              [--methods simcse,diffcse,scd,esimcse,promptbert,consert,diffaug,st] [--eval]
                               [--glibc-default]
 
 SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
 3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
-(Wiki1M sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike. Prints
-median sentences/s, DiffCSE's, SCD's and ESimCSE's measured cost over SimCSE beside their FLOP ratios, and (--eval)
+(Wiki1M sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike.
+PromptBERT (promptbert: the unsupervised preset, two templates and their denoising rows) and ConSERT (consert: feature
+cutoff and shuffle, one pass per view) train on the same sentences. Prints median sentences/s, each method's measured
+cost over SimCSE beside its FLOP ratio, and (--eval)
 the share of wall time a dev evaluation every 125 steps takes. DiffAug (diffaug) is timed as its stage-1 step (NLI
 triplets through the prefixes, the official clipping over every gradient) and its stage-2 step (semi-supervised, with
 template denoising), beside a SimCSE step on the same sentences filled into the prompt template (PromptBERT-style
@@ -96,6 +99,27 @@ def esimcse_parts(esimcse, batch) -> dict:
     return timed, loop, max(ids.shape[1], pos_ids.shape[1])
 
 
+def promptbert_flop_ratio(promptbert, plain_width: int, templated_width: int, batch) -> float:
+    """Matmul FLOPs of a PromptBERT step over a SimCSE step on the same N sentences: both train the encoder on 2N
+    sequences (SimCSE padded to plain_width, PromptBERT to templated_width: the template's tokens replace [CLS] and
+    [SEP]) and a d x d MLP on 2N vectors; PromptBERT adds its denoising rows, one empty template per distinct
+    sentence length and template, forward and backward, as the encoder's rows. Template 2 differs from template 1 by
+    a token at most, so its views are counted at templated_width."""
+    per_position = _nonembedding_params(promptbert.encoder)
+    lengths = batch["attention_mask"][:, 0].sum(-1)
+    rows = 2 * len(lengths)
+    denoising = 2 * len(torch.unique(lengths)) * len(promptbert.template)
+    return (rows * templated_width + denoising) / (rows * plain_width)
+
+
+def consert_flop_ratio(consert, simcse, width: int, rows: int) -> float:
+    """Matmul FLOPs of a ConSERT step over a SimCSE step on the same N sentences padded to `width`: both run the
+    encoder over 2N sequences (ConSERT one pass per view, its augmentations elementwise); SimCSE adds its d x d MLP on
+    2N vectors, ConSERT has no projector."""
+    encoder = _nonembedding_params(consert.encoder) * width * rows
+    return encoder / (encoder + _linear_params(simcse.projector) * rows)
+
+
 def projected_fraction(batch) -> float:
     """The share of a batch's positions the generator projects onto the vocabulary: real tokens after [CLS]."""
     mask = batch["attention_mask"]
@@ -180,9 +204,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8, help="timed steps per method (after 2 warm-up steps)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--methods", default="simcse,diffcse,scd,esimcse,st",
-                   help="comma-separated subset of simcse, diffcse, scd, esimcse, st (SimCSE is always timed); "
-                        "diffcse needs the fitted MLM head (cse-kit fit-mlm-head)")
+    p.add_argument("--methods", default="simcse,diffcse,scd,esimcse,promptbert,consert,st",
+                   help="comma-separated subset of simcse, diffcse, scd, esimcse, promptbert, consert, st (SimCSE is "
+                        "always timed), or diffaug alone; diffcse needs the fitted MLM head (cse-kit fit-mlm-head)")
     p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
     p.add_argument("--data-dir")
     p.add_argument("--glibc-default", action="store_true",
@@ -194,7 +218,8 @@ def main():
         keep_freed_memory()  # as `cse-kit train` does on CPU; it applies to every method timed here alike
     chosen = set(args.methods.split(",")) | {"simcse"}
     presets = {"simcse": ("SimCSE", "simcse-bert"), "diffcse": ("DiffCSE", "diffcse-bert-sts"),
-               "scd": ("SCD", "scd-bert"), "esimcse": ("ESimCSE", "esimcse-bert")}
+               "scd": ("SCD", "scd-bert"), "esimcse": ("ESimCSE", "esimcse-bert"),
+               "promptbert": ("PromptBERT", "promptbert-bert"), "consert": ("ConSERT", "consert-bert")}
     cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
             for key, (name, preset) in presets.items() if key in chosen}
     objectives = {}
@@ -202,20 +227,31 @@ def main():
         torch.manual_seed(0)
         tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
         objectives[name] = build_objective(cfg, tokenizer, encoder)
-    dataset = tokenize(load_examples("Wiki1M-sample", args.data_dir), tokenizer, 32, tokenized_cache_dir(args.data_dir))
+    corpus = load_examples("Wiki1M-sample", args.data_dir)
+    dataset = tokenize(corpus, tokenizer, 32, tokenized_cache_dir(args.data_dir))
     batches = Batches(dataset, args.batch_size, 0, tokenizer.pad_token_id)
+    # a prompt method's batches: the same sentences (the same order: same seed and size), filled into its template
+    templated = {name: Batches(tokenize(corpus, tokenizer, 32, tokenized_cache_dir(args.data_dir),
+                                        Template(tokenizer, cfg.template)), args.batch_size, 0, tokenizer.pad_token_id)
+                 for name, cfg in cfgs.items() if cfg.template}
     texts = [ex[0] for ex in load_examples("Wiki1M-sample", args.data_dir)]
     order = batches.order(0)
     steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
     if "st" in chosen:
         steps["sentence-transformers MNRL"] = sentence_transformers_step(args.batch_size, 3e-5)
     times = {name: [] for name in steps}
-    fractions, parts, lengths, esimcse_timed, loops, widths = [], [], [], [], [], []
+    fractions, parts, lengths, esimcse_timed, loops, widths, prompt_ratios = [], [], [], [], [], [], []
     for i in range(args.steps + 2):
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
-        measured = {name: step(sentences if name.startswith("sentence") else batch) for name, step in steps.items()}
+        inputs = {name: templated[name](i) for name in templated}
+        measured = {name: step(sentences if name.startswith("sentence") else inputs.get(name, batch))
+                    for name, step in steps.items()}
         if i >= 2:
+            if "PromptBERT" in objectives:
+                prompt_ratios.append(promptbert_flop_ratio(objectives["PromptBERT"], batch["input_ids"].shape[-1],
+                                                           inputs["PromptBERT"]["input_ids"].shape[-1],
+                                                           inputs["PromptBERT"]))
             fractions.append(projected_fraction(batch))
             lengths.append(batch["input_ids"].shape[-1])
             if "DiffCSE" in objectives:
@@ -254,6 +290,17 @@ def main():
         part = {k: statistics.median(p[k] for p in esimcse_timed) for k in esimcse_timed[0]}
         print("  ESimCSE's additions timed on their own: " + ", ".join(f"{k} {v:.4f} s" for k, v in part.items())
               + f"; the EMA as a Python loop over tensors {statistics.median(loops):.4f} s")
+    if "PromptBERT" in med:
+        ratio = statistics.mean(prompt_ratios)
+        print(f"  PromptBERT / SimCSE step time: measured {med['PromptBERT'] / med['SimCSE']:.2f}x, FLOP ratio "
+              f"{ratio:.2f}x (templated inputs and the denoising rows; "
+              f"{med['PromptBERT'] / med['SimCSE'] / ratio:.2f}x the FLOP ratio)")
+    if "ConSERT" in med:
+        ratio = consert_flop_ratio(objectives["ConSERT"], objectives["SimCSE"], statistics.mean(lengths),
+                                   2 * args.batch_size)
+        print(f"  ConSERT / SimCSE step time: measured {med['ConSERT'] / med['SimCSE']:.2f}x, FLOP ratio "
+              f"{ratio:.2f}x (one encoder pass per view, no projector; "
+              f"{med['ConSERT'] / med['SimCSE'] / ratio:.2f}x the FLOP ratio)")
     if args.eval:
         dev = DevEvaluator(tokenizer, "cls_before_pooler", args.data_dir)
         calls = [dev(objectives["SimCSE"].encoder)["seconds"] for _ in range(2)]

@@ -192,6 +192,24 @@ def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+def best_on_dev(long: pd.DataFrame, groups: dict[str, list[str]], dev_column: str) -> tuple[pd.DataFrame, dict]:
+    """Model selection over candidate rows (a sweep of one setting, e.g. DiffAug Table 6's α): for each group, the
+    candidate with the highest mean `dev_column` over its finished seeds. Returns the long table with each group's
+    chosen candidate relabelled to the group where its candidates were (the others dropped; rows of no group kept)
+    and {group: the chosen candidate's label, or None when none finished}."""
+    ok = long[long.status == "ok"]
+    means = ok.groupby("row", sort=False)[dev_column].mean() if dev_column in ok else pd.Series(dtype=float)
+    chosen = {}
+    for group, candidates in groups.items():
+        finished = [c for c in candidates if c in means.index and not math.isnan(means[c])]
+        chosen[group] = max(finished, key=lambda c: means[c]) if finished else None
+    group_of = {c: g for g, candidates in groups.items() for c in candidates}
+    # nothing finished: one candidate's lines stay, for their reason
+    keep = {chosen[g] or candidates[0] for g, candidates in groups.items()}
+    lines = long[[row not in group_of or row in keep for row in long.row]]
+    return lines.assign(row=[group_of.get(row, row) for row in lines.row]).reset_index(drop=True), chosen
+
+
 def records(rows: list[Row], s: Setup, evals: tuple) -> dict[str, list[dict]]:
     """label -> the records of its seeds (rows the profile cannot run are left out; run_rows reports them)."""
     _compute_in_parallel(rows, s, evals)

@@ -149,13 +149,15 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
             "a local directory"
             f"{package}.") from None
     _NEWLY_INITIALIZED[model] = frozenset(info["missing_keys"])
-    # a DiffAug model (a kit export, or the authors' BertForCL): the encoder and the prefix its every layer attends
+    # a DiffAug model (a kit export, or the authors' BertForCL): the encoder and the prefix its every layer attends,
+    # or (Table 3's adapter variant) the adapters after its layers' sublayers
     from transformers.utils import cached_file
 
+    from .augmentation import AdaptedEncoder
     from .prefix import PrefixedEncoder
 
     folder = resolved if local else Path(cached_file(resolved, "config.json", local_files_only=offline)).parent
-    model = PrefixedEncoder.attach(folder, model)
+    model = AdaptedEncoder.attach(folder, PrefixedEncoder.attach(folder, model))
     unexpected_missing = sorted(k for k in info["missing_keys"] if not k.startswith("pooler."))
     if unexpected_missing:
         warnings.warn(f"{ref}: {len(unexpected_missing)} weights are not in the checkpoint and start random "

@@ -52,6 +52,20 @@ def paper_value(table: int | str, row: str, column: str, paper: str = "diffcse")
     return float(frame.loc[row, column])
 
 
+def average_mismatches(table: int | str, paper: str, average: str = "Avg.") -> list[str]:
+    """One line per row whose printed average is not the mean of its printed cells (beyond the rounding of the
+    cells, 0.01): the printed value and the recomputed one, so a reader compares ours with either."""
+    frame = paper_table(table, paper).apply(pd.to_numeric, errors="coerce")
+    cells = frame.drop(columns=[average])
+    lines = []
+    for row, printed in frame[average].items():
+        recomputed = cells.loc[row].mean()
+        if pd.notna(printed) and cells.loc[row].notna().all() and abs(recomputed - printed) > 0.01 + 1e-9:
+            lines.append(f"{PAPERS[paper_key(paper)]} Table {table}, {row}: the paper prints {average} "
+                         f"{printed:.2f}; its cells average to {recomputed:.2f}")
+    return lines
+
+
 def paper_title(table: int | str, paper: str = "diffcse") -> str:
     spec = paper_tables(paper)[str(table)]
     return f"{PAPERS[paper_key(paper)]} Table {table}: {spec['title']} ({spec['metric']})"

@@ -21,7 +21,8 @@ def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool
     x = np.arange(len(comparison))
     ours = comparison["mean"].to_numpy(float)
     paper = comparison["paper"].to_numpy(float)
-    apart = np.isfinite(ours).any() and abs(np.nanmean(ours) - np.nanmean(paper)) > 5
+    # a figure whose paper prints no numbers (DiffAug Figure 4) has no paper points to keep apart from
+    apart = np.isfinite(ours).any() and np.isfinite(paper).any() and abs(np.nanmean(ours) - np.nanmean(paper)) > 5
     fig, axes = plt.subplots(1, 2 if apart else 1, figsize=(10 if apart else 6, 3.6), squeeze=False)
     ours_ax, paper_ax = (axes[0][1], axes[0][0]) if apart else (axes[0][0], axes[0][0])
     paper_ax.plot(x, paper, **PAPER_STYLE)

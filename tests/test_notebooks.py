@@ -75,6 +75,20 @@ def test_diffaug_table8_single_alpha_and_table5_show_the_papers_values(tmp_path,
     assert cells[("Supervised (w/o aux) (smoke profile)", "stage 1 training steps")]["mean"] == 4
 
 
+def test_diffaug_table6_shows_the_papers_consert_joint_beside_ours_and_the_alpha_it_chose(tmp_path, data_dir,
+                                                                                             results_dir):
+    nb = _run("diffaug_table6_semi_baselines", tmp_path, data_dir, results_dir, profile="smoke", seeds=[1],
+              strategies=["joint"], alphas=[0.1, 1.0])
+    table = report.table_of(nb)
+    cells = {(c["row"], c["column"]): c for c in table["comparison"]}
+    assert {r for r, _ in cells} == {"ConSERT_joint", "SimCSE_joint", "PromptBERT_joint"}
+    joint = cells[("ConSERT_joint", "Avg.")]
+    assert joint["paper"] == 78.87 and joint["n"] == 1 and -100 < joint["mean"] < 100
+    chosen = {r["row"]: r["α chosen on STS-B dev"] for r in table["extra"]["tables"]["α chosen on STS-B dev"]}
+    assert set(chosen) == {"ConSERT_joint", "SimCSE_joint", "PromptBERT_joint"} and set(chosen.values()) <= {"0.1", "1"}
+    assert any("prints Avg. 79.81; its cells average to 79.57" in note for note in table["notes"])
+
+
 def test_diffaug_figure3_measures_every_stage1_snapshot_of_the_run(tmp_path, data_dir, results_dir):
     nb = _run("diffaug_figure3_dynamics", tmp_path, data_dir, results_dir, profile="smoke", seeds=[1],
               stage1_steps=3, snapshot_steps=1, sentences=40)
@@ -91,6 +105,9 @@ def test_diffaug_figure3_measures_every_stage1_snapshot_of_the_run(tmp_path, dat
     ("diffaug_table1_sts", {}, "DiffAug (ours) w/ aux loss", "Avg."),
     ("diffaug_table2_7_label_fraction", {"fraction": 0.01}, "7: DiffAug (ours) (supervised)", "1%"),
     ("diffaug_figure5_stage1_steps", {"stage1_steps": [2, 4]}, "4", "STS-B"),
+    ("diffaug_table3_modules", {}, "LoRA (different, r = 64)", "STS-B dev."),
+    ("diffaug_table4_cost", {}, "DiffAug (ours)", "time ratio to SimCSE"),
+    ("diffaug_figure4_prefix_length", {"lengths": [2, 4]}, "4", "STS-B"),
 ])
 def test_diffaug_notebooks_run_on_smoke(name, params, row, column, tmp_path, data_dir, results_dir):
     table = report.table_of(_run(name, tmp_path, data_dir, results_dir, profile="smoke", seeds=[1], **params))

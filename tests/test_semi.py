@@ -34,7 +34,7 @@ def test_each_strategy_fills_in_its_settings_and_a_given_one_wins(data_dir, tmp_
     sup_joint = _cfg(data_dir, tmp_path, semi_strategy="sup-joint", aux_weight=0.5)
     assert (sup_joint.aux_weight, sup_joint.stage1_steps, sup_joint.stage1_lr) == (0.5, 4, 2e-5)
     paper = build_config("simcse-bert", "paper", ["semi_strategy=sup-unsup"])
-    assert (paper.stage1_steps, paper.nli_data, paper.nli_batch_size) == (2870, "NLI", 96)
+    assert (paper.stage1_steps, paper.nli_data, paper.nli_batch_size) == (275_601 // 48, "NLI", 48)
 
 
 @pytest.mark.parametrize("bad, message", [

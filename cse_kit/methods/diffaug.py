@@ -10,17 +10,25 @@ halves of one table of 2l positions, chosen per row by the attention mask (diffa
 every row attends all 2l, without dropout, denoising or MLP (models.py:374-399, evaluation.py:63-94).
 
 The loop (cse_kit.train.loop) runs the stages: it sets `stage`, steps `stage1_parameters()` with their own optimizer
-in stage 1 and everything in stage 2, and feeds NLI rows as `nli_input_ids` / `nli_attention_mask`."""
+in stage 1 and everything in stage 2, and feeds NLI rows as `nli_input_ids` / `nli_attention_mask`.
+
+Table 3's variants (§4.4, Appendix F) are settings. `prefix_mode`: "different" (DiffAug), "same" (every row attends
+the whole table of 2l positions: one prefix for both views, the same 0.3% of parameters, and training attends what
+the test model attends), "fix" (stage 2 leaves the prefixes as stage 1 made them), "tuning" (the encoder frozen in
+both stages: prefix-tuning). `augmentation_module` "adapter" or "lora" (rank `module_rank`) replaces the prefixes by
+two sets of Houlsby adapters or of LoRA, one per view (cse_kit.augmentation), and tests with their average."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ..augmentation import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, lora_view, lora_weights,
+                            merged_lora_average)
 from ..prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
 from .contrastive import MLPProjector, info_nce, init_like_official
+from .semi import nli_cross_entropy
 
 #: choice -> its values. denoise_offset: which empty-template row is subtracted from a sentence of n sub-words:
 #: row n ("sentence", PromptBERT's rule, the paper) or row n + l ("sentence+prefix": the official blen counts the
@@ -31,6 +39,9 @@ CHOICES = {"denoise_offset": ("sentence", "sentence+prefix"), "stage1_clip": ("t
 VARIANTS = {"paper": {"denoise_offset": "sentence", "stage1_clip": "trained"},
             "official-code": {"denoise_offset": "sentence+prefix", "stage1_clip": "all"}}
 SETTINGS = ("semi", "sup")
+#: Table 3: the module that makes the two views, and how the prefixes train (see the module docstring)
+MODULES = ("prefix", "adapter", "lora")
+PREFIX_MODES = ("different", "same", "fix", "tuning")
 
 
 class DiffAug(nn.Module):
@@ -42,26 +53,40 @@ class DiffAug(nn.Module):
 
     def __init__(self, encoder: nn.Module, tokenizer, *, prefix_len: int = 8, temp: float = 0.05,
                  aux_weight: float = 0.0, denoise: bool = True, mlp: bool = True, template: str = PROMPTBERT_BERT,
-                 denoise_offset: str = "sentence", stage1_clip: str = "trained"):
+                 denoise_offset: str = "sentence", stage1_clip: str = "trained", augmentation_module: str = "prefix",
+                 module_rank: int = 4, prefix_mode: str = "different"):
         super().__init__()
-        for name, value in (("denoise_offset", denoise_offset), ("stage1_clip", stage1_clip)):
-            if value not in CHOICES[name]:
-                raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(CHOICES[name])}")
-        if prefix_len < 1:
-            raise ValueError(f"prefix_len must be >= 1, got {prefix_len}")
+        for name, value, choices in (("denoise_offset", denoise_offset, CHOICES["denoise_offset"]),
+                                     ("stage1_clip", stage1_clip, CHOICES["stage1_clip"]),
+                                     ("augmentation_module", augmentation_module, MODULES),
+                                     ("prefix_mode", prefix_mode, PREFIX_MODES)):
+            if value not in choices:
+                raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        if prefix_len < 1 or module_rank < 1:
+            raise ValueError(f"prefix_len and module_rank must be >= 1, got {prefix_len} and {module_rank}")
+        if prefix_mode != "different" and augmentation_module != "prefix":
+            raise ValueError(f"prefix_mode {prefix_mode!r} is a prefix variant: use augmentation_module=prefix")
         config = encoder.config
         self.encoder = encoder
         self.template = Template(tokenizer, template)
         self.prefix_len, self.temp, self.aux_weight = prefix_len, temp, aux_weight
         self.denoise, self.denoise_offset, self.stage1_clip = denoise, denoise_offset, stage1_clip
+        self.augmentation_module, self.prefix_mode = augmentation_module, prefix_mode
         init_std = getattr(config, "initializer_range", 0.02)
-        # initialised as the official cl_init leaves every part (init_weights(), models.py:145: BERT's
-        # _init_weights, N(0, initializer_range) weights and embeddings, zero biases)
-        self.prefix_encoder = init_like_official(
-            PrefixEncoder(2 * prefix_len, config.hidden_size, config.num_hidden_layers), init_std)
-        nn.init.normal_(self.prefix_encoder.embedding.weight, std=init_std)
-        # the official code applies the encoder's hidden dropout to the produced key/values (models.py:62, 421)
-        self.prefix_dropout = nn.Dropout(config.hidden_dropout_prob)
+        if augmentation_module == "prefix":
+            # initialised as the official cl_init leaves every part (init_weights(), models.py:145: BERT's
+            # _init_weights, N(0, initializer_range) weights and embeddings, zero biases)
+            self.prefix_encoder = init_like_official(
+                PrefixEncoder(2 * prefix_len, config.hidden_size, config.num_hidden_layers), init_std)
+            nn.init.normal_(self.prefix_encoder.embedding.weight, std=init_std)
+            # the official code applies the encoder's hidden dropout to the produced key/values (models.py:62, 421)
+            self.prefix_dropout = nn.Dropout(config.hidden_dropout_prob)
+        elif augmentation_module == "adapter":
+            self.adapters = HoulsbyAdapters(encoder, module_rank)
+        else:
+            self.encoder = add_lora_views(encoder, module_rank)
+        if prefix_mode == "tuning":  # the loop's optimizers then leave the encoder alone in both stages
+            self.encoder.requires_grad_(False)
         self.mlp = init_like_official(MLPProjector(config.hidden_size), init_std) if mlp else nn.Identity()
         self.classifier = init_like_official(nn.Linear(3 * config.hidden_size, 2), init_std)
         self.stage = 2
@@ -69,20 +94,48 @@ class DiffAug(nn.Module):
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffAug":
         return cls(encoder, tokenizer, prefix_len=cfg.prefix_len, temp=cfg.temp, aux_weight=cfg.aux_weight,
-                   denoise=cfg.denoise, mlp=cfg.projector == "mlp", template=cfg.template, **cfg.diffaug_options())
+                   denoise=cfg.denoise, mlp=cfg.projector == "mlp", template=cfg.template,
+                   augmentation_module=cfg.augmentation_module, module_rank=cfg.module_rank,
+                   prefix_mode=cfg.prefix_mode, **cfg.diffaug_options())
 
     # --- the parts of each stage -------------------------------------------------------------------------------
 
+    def module_weights(self) -> dict[str, nn.Parameter]:
+        """The augmentation module's parameters by name: the prefix encoder's, both adapter sets' or both LoRA
+        adapters'."""
+        if self.augmentation_module == "prefix":
+            return {f"prefix_encoder.{k}": v for k, v in self.prefix_encoder.named_parameters()}
+        if self.augmentation_module == "adapter":
+            return {f"adapters.{k}": v for k, v in self.adapters.named_parameters()}
+        return {f"encoder.{k}": v for k, v in lora_weights(self.encoder).items()}
+
     def stage1_parameters(self) -> list[nn.Parameter]:
-        """What stage 1 trains (the official optimizer2, trainers.py:262-276): the prefixes and the classifier."""
-        return [*self.prefix_encoder.parameters(), *self.classifier.parameters()]
+        """What stage 1 trains (the official optimizer2, trainers.py:262-276): the prefixes (or adapters, LoRA) and
+        the classifier."""
+        return [*self.module_weights().values(), *self.classifier.parameters()]
+
+    def added_parameter_share(self) -> float:
+        """Table 3's "# added params (rel. BERT-base)": the module's parameters over the encoder's own. A prefix
+        counts as its table (2l positions x layers x key/value x hidden), what every layer attends at test time: its
+        re-parametrisation MLP is a training device dropped after training (Li & Liang 2021, §4.3), 14.8M
+        parameters for BERT-base."""
+        added = self.module_weights().values()
+        module = {id(p) for p in added}
+        encoder = sum(p.numel() for p in self.encoder.parameters() if id(p) not in module)
+        if self.augmentation_module == "prefix":
+            return self.prefix_encoder.positions * self.prefix_encoder.projection[-1].out_features / encoder
+        return sum(p.numel() for p in added) / encoder
 
     def stage1_state(self) -> dict[str, torch.Tensor]:
         """What stage 1 produced, saved at the stage boundary: the prefix table (2l, layers * 2 * hidden), without
-        dropout, and the classifier (DiffAug's Figure 3 measures the prefixes against the frozen encoder)."""
-        with torch.no_grad():
-            table = self.prefix_encoder()
-        return {"prefix": table.detach().float().cpu().contiguous(),
+        dropout (or the adapters' or LoRA's weights), and the classifier (DiffAug's Figure 3 measures the prefixes
+        against the frozen encoder)."""
+        if self.augmentation_module == "prefix":
+            with torch.no_grad():
+                module = {"prefix": self.prefix_encoder()}
+        else:
+            module = self.module_weights()
+        return {**{k: v.detach().float().cpu().contiguous() for k, v in module.items()},
                 **{f"classifier.{k}": v.detach().float().cpu().contiguous()
                    for k, v in self.classifier.state_dict().items()}}
 
@@ -97,38 +150,60 @@ class DiffAug(nn.Module):
     def _table(self, rows: int) -> torch.Tensor:
         """(rows, 2l, layers * 2 * hidden): the prefix table, dropped out independently per row (the official code
         expands the table to the batch before its dropout, models.py:52-62)."""
-        return self.prefix_dropout(self.prefix_encoder().unsqueeze(0).expand(rows, -1, -1))
+        table = self.prefix_encoder()
+        if self.prefix_mode == "fix" and self.stage == 2:  # no gradient: AdamW skips them, weight decay included
+            table = table.detach()
+        return self.prefix_dropout(table.unsqueeze(0).expand(rows, -1, -1))
 
-    def _view_masks(self, rows: int, views: int, device) -> torch.Tensor:
-        """(rows * views, 2l): view 0 attends the first l positions (θ1), views 1 and 2 the last l (θ2)."""
-        prefixes = (torch.arange(views, device=device) > 0).long().repeat(rows)
-        return prefix_half_mask(prefixes, self.prefix_len)
+    def _hidden(self, ids: torch.Tensor, mask: torch.Tensor, modules: torch.Tensor,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(rows, length, hidden): the last hidden states, row i through view modules[i]'s module (0: θ1 or view 1's
+        adapters / LoRA, 1: θ2 or view 2's). Prefixes: one pass, each row attending its half of the table (all of
+        it for "same"). Adapters and LoRA: one pass per module (peft's per-row adapter_names is inference-only)."""
+        if self.augmentation_module == "prefix":
+            attended = torch.ones(len(ids), 2 * self.prefix_len, dtype=torch.long, device=ids.device) \
+                if self.prefix_mode == "same" else prefix_half_mask(modules, self.prefix_len)
+            return encode_with_prefix(self.encoder, ids, mask, self._table(len(ids)), attended,
+                                      positions).last_hidden_state
+        parts, order = [], []
+        for k in (0, 1):
+            rows = (modules == k).nonzero().squeeze(1)
+            if len(rows):
+                view = self.adapters.use(k) if self.augmentation_module == "adapter" else lora_view(self.encoder, k)
+                with view:
+                    parts.append(self.encoder(input_ids=ids[rows], attention_mask=mask[rows], return_dict=True,
+                                              position_ids=None if positions is None else positions[rows])
+                                 .last_hidden_state)
+                order.append(rows)
+        return torch.cat(parts)[torch.cat(order).argsort()]
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(rows, views, hidden): the [MASK] state of each view through its prefix (no denoising, no MLP)."""
+        """(rows, views, hidden): the [MASK] state of each view through its module (view 0 through θ1, views 1 and
+        2 through θ2; no denoising, no MLP)."""
         rows, views, _ = input_ids.shape
         ids, mask = input_ids.flatten(0, 1), attention_mask.flatten(0, 1)
-        out = encode_with_prefix(self.encoder, ids, mask, self._table(len(ids)),
-                                 self._view_masks(rows, views, ids.device))
-        return mask_states(out.last_hidden_state, ids, self.template.mask_token_id).view(rows, views, -1)
+        modules = (torch.arange(views, device=ids.device) > 0).long().repeat(rows)
+        hidden = self._hidden(ids, mask, modules)
+        return mask_states(hidden, ids, self.template.mask_token_id).view(rows, views, -1)
 
     def template_deltas(self, shifts: torch.Tensor, prefixes: torch.Tensor) -> torch.Tensor:
         """(len(shifts), hidden): the [MASK] state of the empty template through prefix prefixes[i] (0: θ1, 1: θ2)
         alone, its positions after the sentence slot moved by shifts[i]; positions start after the whole table, as
         the real tokens' do (models.py:96-129, with dropout and gradient, as there). All rows in one encoder pass,
         each attending its half of the table, as the views do: one pass, not one per prefix."""
-        ids, positions = self.template.denoising_inputs(shifts, offset=2 * self.prefix_len)
-        out = encode_with_prefix(self.encoder, ids, torch.ones_like(ids), self._table(len(ids)),
-                                 prefix_half_mask(prefixes, self.prefix_len), positions)
-        return mask_states(out.last_hidden_state, ids, self.template.mask_token_id)
+        table = 2 * self.prefix_len if self.augmentation_module == "prefix" else 0
+        ids, positions = self.template.denoising_inputs(shifts, offset=table)
+        return mask_states(self._hidden(ids, torch.ones_like(ids), prefixes, positions), ids,
+                           self.template.mask_token_id)
 
     def denoised(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Stage 2's template denoising: each view minus its prefix's empty-template state for its length. One row
         per (prefix, length) present, so the entailment and contradiction views share their prefix-2 rows, as the
         official delta2 (models.py:281-284)."""
         shifts = sentence_lengths(attention_mask, self.template)
-        if self.denoise_offset == "sentence+prefix":
-            shifts = shifts + self.prefix_len
+        if self.denoise_offset == "sentence+prefix" and self.augmentation_module == "prefix":
+            # the prefix columns a row's attention mask holds: its half of the table, or all of it ("same")
+            shifts = shifts + self.prefix_len * (2 if self.prefix_mode == "same" else 1)
         prefixes = torch.ones_like(shifts)
         prefixes[:, 0] = 0  # view 0 through θ1, the others through θ2
         span = int(shifts.max()) + 1
@@ -137,16 +212,10 @@ class DiffAug(nn.Module):
 
     # --- losses ------------------------------------------------------------------------------------------------
 
-    def nli_loss(self, z: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy of the classifier on [u; v; |u - v|], (anchor, entailment) -> 1, (anchor, contradiction)
-        -> 0 (models.py:314-325)."""
-        u, v, w = z[:, 0], z[:, 1], z[:, 2]
-        features = torch.cat([torch.cat([u, v, (u - v).abs()], 1), torch.cat([u, w, (u - w).abs()], 1)])
-        labels = torch.cat([torch.ones(len(u)), torch.zeros(len(u))]).long().to(z.device)
-        return F.cross_entropy(self.classifier(features).float(), labels)
-
     def stage1_loss(self, batch: dict) -> torch.Tensor:
-        return self.nli_loss(self.mlp(self.encode(batch["nli_input_ids"], batch["nli_attention_mask"])))
+        """The classifier's cross-entropy on the NLI triplets' views through the MLP (models.py:314-325)."""
+        views = self.encode(batch["nli_input_ids"], batch["nli_attention_mask"])
+        return nli_cross_entropy(self.classifier, self.mlp(views))
 
     def contrastive_loss(self, batch: dict) -> torch.Tensor:
         pooled = self.encode(batch["input_ids"], batch["attention_mask"])
@@ -176,7 +245,12 @@ class DiffAug(nn.Module):
 
     def test_model(self) -> tuple[nn.Module, str]:
         """The encoder attending the whole prefix table (both prefixes, no dropout), pooled at [MASK] without
-        denoising or MLP: the paper's "both prefix modules are prepended" and evaluation.py agree."""
+        denoising or MLP: the paper's "both prefix modules are prepended" and evaluation.py agree. Adapters and LoRA
+        (the paper does not say): the average of the two views' modules, LoRA merged into a plain encoder."""
+        if self.augmentation_module == "adapter":
+            return AdaptedEncoder(self.encoder, self.adapters), self.test_pooler
+        if self.augmentation_module == "lora":
+            return merged_lora_average(self.encoder), self.test_pooler
         with torch.no_grad():
             table = self.prefix_encoder()
         return PrefixedEncoder(self.encoder, table), self.test_pooler

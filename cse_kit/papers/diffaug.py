@@ -3,26 +3,32 @@ the notebooks' parameter checks, and the notebooks that reproduce them.
 
 Trained rows are the kit's presets (`diffaug-{semi,semi-aux,sup}-{bert,roberta}`: Table 5's recipe; the `-official`
 BERT presets: the official scripts', chosen by the notebooks' `recipe` parameter), so shared rows are trained once:
-Table 1's "w/ aux loss" = Table 2's 100% = Table 8's α = 1e-3. SimCSE (unsupervised and supervised) and DiffCSE
-are the kit's own presets, trained under the same protocol. The baselines the kit cannot train yet (PromptBERT,
-ConSERT, BERT-flow, SBERT, the `_joint` rows) are shown as the paper's numbers, marked as cited."""
+Table 1's "w/ aux loss" = Table 2's 100% = Table 8's α = 1e-3. The baselines are the kit's own methods under the
+same protocol: SimCSE (unsupervised and supervised), DiffCSE, PromptBERT, ConSERT, and their semi-supervised
+strategies (Appendix C: `semi_strategy`, cse_kit.methods.semi), the `_joint` rows at the α chosen on STS-B dev, as
+the paper chose it; shared with Table 6. Rows from other pipelines (BERT-flow, SBERT) stay the paper's numbers,
+marked as cited."""
 
 from __future__ import annotations
 
-from ..experiments import Row, check
+import math
+
+from ..experiments import Row, check, sts_test_columns
 from ..paper import paper_table, paper_tables
 from ..train.presets import PRESETS, PROFILES
 from .released import released_row
 
-#: notebook -> the DiffAug artefacts it reproduces, in the paper's order (Figures 1-2 are schematics; Tables 3, 4, 6
-#: and Figure 4 compare DiffAug with baselines and modules the kit does not have yet)
+#: notebook -> the DiffAug artefacts it reproduces, in the paper's order (Figures 1-2 are schematics)
 NOTEBOOKS = {"diffaug_figure3_dynamics": ["Figure 3"], "diffaug_table1_sts": ["Table 1"],
-             "diffaug_table2_7_label_fraction": ["Table 2", "Table 7"], "diffaug_table5_hparams": ["Table 5"],
+             "diffaug_table2_7_label_fraction": ["Table 2", "Table 7"], "diffaug_table3_modules": ["Table 3"],
+             "diffaug_figure4_prefix_length": ["Figure 4"], "diffaug_table4_cost": ["Table 4"],
+             "diffaug_table5_hparams": ["Table 5"], "diffaug_table6_semi_baselines": ["Table 6"],
              "diffaug_table8_aux_weight": ["Table 8"], "diffaug_figure5_stage1_steps": ["Figure 5"]}
 #: artefact -> the (row, column) of its notebook's comparison the report's coverage matrix quotes
 HEADLINES = {"Table 1": ("DiffAug (ours) w/ aux loss", "Avg."), "Table 2": ("2: DiffAug (ours)", "1%"),
              "Table 7": ("7: DiffAug (ours)", "1%"), "Table 5": ("Semi-supervised w/ aux", "stage 1 training steps"),
-             "Table 8": ("0.001", "STS-B dev.")}
+             "Table 8": ("0.001", "STS-B dev."), "Table 6": ("ConSERT_joint", "Avg."),
+             "Table 4": ("DiffAug (ours)", "Training time"), "Table 3": ("Prefix (different, ours)", "STS-B dev.")}
 
 BACKBONE_LABELS = {"bert": "BERT-base", "roberta": "RoBERTa-base"}
 #: the DiffAug recipes a notebook can train (`recipe` parameter): preset suffix per recipe; the official scripts
@@ -80,19 +86,85 @@ def _backbone_row(label: str, pooler: str, profile: str) -> Row:
     return Row(label, model=PROFILES[profile]["backbones"]["bert"][0], pooler=pooler)
 
 
-def table1_rows(profile: str, recipe: str = "paper") -> list[Row]:
-    """STS test, BERT-base: the untrained backbone ([CLS] and mean pooling, as the ♢ rows), unsupervised SimCSE and
-    DiffCSE as the kit trains them, DiffAug semi-supervised (w/o and w/ aux) and supervised (ours, and the authors'
-    released checkpoints on `paper`), supervised SimCSE. Rows the kit cannot train are `literature(1)`."""
-    return [_backbone_row("BERT ([CLS])", "cls_before_pooler", profile),
+def table1_rows(profile: str, recipe: str = "paper", alphas: list | None = None) -> tuple[list[Row], dict]:
+    """STS test, BERT-base: the untrained backbone ([CLS] and mean pooling, as the ♢ rows), the unsupervised baselines
+    as the kit trains them (ConSERT, SimCSE, PromptBERT, DiffCSE), ConSERT_joint (α chosen on STS-B dev among
+    `alphas`: the candidate rows and their groups, for experiments.best_on_dev), DiffAug semi-supervised (w/o and
+    w/ aux) and supervised (ours, and the authors' released checkpoints on `paper`), supervised SimCSE and
+    PromptBERT. Rows from other pipelines are `literature(1)`."""
+    joint, groups = strategy_rows("ConSERT", "consert-bert", "joint", alpha_grid(profile, alphas))
+    rows = [_backbone_row("BERT ([CLS])", "cls_before_pooler", profile),
             _backbone_row("BERT (Mean Pooling)", "avg", profile),
-            Row("SimCSE", "simcse-bert"), Row("DiffCSE", "diffcse-bert-sts"),
+            Row("ConSERT", "consert-bert"), Row("SimCSE", "simcse-bert"), Row("PromptBERT", "promptbert-bert"),
+            Row("DiffCSE", "diffcse-bert-sts"), *joint,
             Row("DiffAug (ours)", preset("semi", recipe=recipe)),
             released_row("Tianduo/diffaug-semisup-bert-base-uncased", "DiffAug (ours) w/ aux loss", profile),
             Row("DiffAug (ours) w/ aux loss", preset("semi-aux", recipe=recipe)),
-            Row("SimCSE (supervised)", "simcse-sup-bert"),
+            Row("SimCSE (supervised)", "simcse-sup-bert"), Row("PromptBERT (supervised)", "promptbert-sup-bert"),
             released_row("Tianduo/diffaug-sup-bert-base-uncased", "DiffAug (ours) (supervised)", profile),
             Row("DiffAug (ours) (supervised)", preset("sup", recipe=recipe))]
+    return rows, groups
+
+
+# --- the semi-supervised baselines (Appendix C, Tables 2, 6, 7) ---------------------------------------------------
+#: backbone -> the paper's name of each baseline -> the kit's unsupervised preset the strategies are applied to
+BASELINES = {"bert": {"ConSERT": "consert-bert", "SimCSE": "simcse-bert", "PromptBERT": "promptbert-bert"},
+             "roberta": {"SimCSE": "simcse-roberta", "PromptRoBERTa": "promptroberta-roberta"}}
+#: backbone -> the supervised baselines of Tables 2 and 7
+SUPERVISED = {"bert": {"SimCSE": "simcse-sup-bert", "PromptBERT": "promptbert-sup-bert"},
+              "roberta": {"SimCSE": "simcse-sup-roberta", "PromptRoBERTa": "promptroberta-sup-roberta"}}
+STRATEGIES = ("joint", "sup-unsup", "sup-joint")
+#: the α each joint strategy is tuned over (the paper tries "different values of α for each method" without listing
+#: them; a log grid around the values the papers use: DiffAug's 1e-3, ConSERT's joint ratio 1 / 0.15 ≈ 6.7)
+ALPHA_GRIDS = {"paper": [0.001, 0.01, 0.1, 1.0, 10.0], "cpu": [0.01, 0.1, 1.0], "smoke": [1.0]}
+#: the dev score the α is chosen on
+DEV_COLUMN = "STS-B dev."
+
+
+def alpha_grid(profile: str, alphas: list | None = None) -> list[float]:
+    chosen = list(alphas) if alphas else ALPHA_GRIDS[profile]
+    bad = [a for a in chosen if not isinstance(a, (int, float)) or a <= 0]
+    check(chosen and not bad, f"α values are positive numbers, got {bad or chosen}")
+    return chosen
+
+
+def strategy_rows(method: str, name: str, strategy: str, alphas: list[float],
+                  overrides: dict | None = None) -> tuple[list[Row], dict]:
+    """`<method>_<strategy>` on preset `name`: one row (sup-unsup has no α), or one candidate row per α, grouped
+    under the row's label for the selection on STS-B dev."""
+    label, base = f"{method}_{strategy}", {"semi_strategy": strategy, **(overrides or {})}
+    if strategy == "sup-unsup":
+        return [Row(label, name, base)], {}
+    candidates = [Row(f"{label} (α = {a:g})", name, {**base, "aux_weight": a}) for a in alphas]
+    return candidates, {label: [r.label for r in candidates]}
+
+
+def check_strategies(strategies: list) -> None:
+    check(set(strategies) <= set(STRATEGIES), f"strategies are {list(STRATEGIES)}, got {strategies}")
+
+
+def table6_rows(alphas: list[float], strategies=STRATEGIES) -> tuple[list[Row], dict]:
+    """Table 6: ConSERT, SimCSE and PromptBERT (BERT-base) under each strategy, in the paper's order."""
+    rows, groups = [], {}
+    for method, name in BASELINES["bert"].items():
+        for strategy in strategies:
+            more_rows, more_groups = strategy_rows(method, name, strategy, alphas)
+            rows, groups = rows + more_rows, {**groups, **more_groups}
+    return rows, groups
+
+
+def sts_and_dev_columns(record: dict) -> dict:
+    """STS test (7 tasks and average) and STS-B dev of the run's best checkpoint (what α is chosen on)."""
+    return {**sts_test_columns(record), **stsb_dev_column(record)}
+
+
+def chosen_alphas(chosen: dict) -> "pd.DataFrame":  # noqa: F821
+    """The α each joint row was selected with (the paper does not print its choice)."""
+    import pandas as pd
+
+    alphas = alpha_of(chosen)
+    return pd.DataFrame([{"row": group, "α chosen on STS-B dev": f"{alphas[group]:g}" if group in alphas
+                          else "none finished"} for group in chosen]).set_index("row")
 
 
 def label_subsets(profile: str, subsets: int | None) -> int:
@@ -107,26 +179,52 @@ def fraction_label(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
 
-def fraction_rows(backbone: str, fraction: float, subsets: int, profile: str, recipe: str = "paper") -> list[Row]:
-    """Tables 2 and 7, one column: DiffAug semi-supervised (w/ aux, as the paper's rows), supervised SimCSE and
-    supervised DiffAug trained on `fraction` of the NLI triplets, each on `subsets` random subsets (nli_subset = the
-    subset's seed; 100% has one). Every subset's runs share the row's label, so its mean is over subsets x seeds.
-    Off `paper`, the fraction is of the profile's NLI triplets, and the batches shrink where the 1% would not
-    hold one (SMALL_FRACTION_BATCH, said in the notebook)."""
+def fraction_rows(backbone: str, fraction: float, subsets: int, profile: str, recipe: str = "paper",
+                  joint_alpha: dict | None = None) -> list[Row]:
+    """Tables 2 and 7, one column: the `_joint` baselines (at the α each was chosen with, `joint_alpha`: label ->
+    α, the 100% selection; a baseline without one is left out), DiffAug semi-supervised (w/ aux, as the paper's
+    rows), the supervised baselines and supervised DiffAug, trained on `fraction` of the NLI triplets, each on
+    `subsets` random subsets (nli_subset = the subset's seed; 100% has one). Every subset's runs share the row's
+    label, so its mean is over subsets x seeds. Off `paper`, the fraction is of the profile's NLI triplets, and the
+    batches shrink where the 1% would not hold one (SMALL_FRACTION_BATCH, said in the notebook)."""
     small = SMALL_FRACTION_BATCH.get(profile)
-    runs = {"DiffAug (ours)": preset("semi-aux", backbone, recipe), "SimCSE": f"simcse-sup-{backbone}",
-            "DiffAug (ours) (supervised)": preset("sup", backbone, recipe)}
+    runs = {f"{method}_joint": (name, {"semi_strategy": "joint", "aux_weight": joint_alpha[f"{method}_joint"]})
+            for method, name in BASELINES[backbone].items()
+            if method != "ConSERT" and f"{method}_joint" in (joint_alpha or {})}
+    runs.update({"DiffAug (ours)": (preset("semi-aux", backbone, recipe), {}),
+                 **{method: (name, {}) for method, name in SUPERVISED[backbone].items()},
+                 "DiffAug (ours) (supervised)": (preset("sup", backbone, recipe), {})})
     if fraction == 1:
-        return [Row(label, name) for label, name in runs.items()]
+        return [Row(label, name, overrides) for label, (name, overrides) in runs.items()]
     rows = []
-    for label, name in runs.items():
-        overrides, settings = {"nli_fraction": fraction}, PRESETS[name][1]
-        if small and settings["data"] == "NLI":
+    for label, (name, base) in runs.items():
+        overrides, settings = {**base, "nli_fraction": fraction}, PRESETS[name][1]
+        if small and settings.get("data") == "NLI":
             overrides["batch_size"] = small
-        if small and settings["method"] == "diffaug":
+        if small and (settings["method"] == "diffaug" or "semi_strategy" in base):
             overrides["nli_batch_size"] = small
         rows += [Row(label, name, {**overrides, "nli_subset": subset}) for subset in range(subsets)]
     return rows
+
+
+def unsupervised_rows(backbone: str) -> list[Row]:
+    """Tables 2 and 7's 0% column: the `_joint` baselines without labels are the unsupervised methods."""
+    return [Row(f"{method}_joint", name) for method, name in BASELINES[backbone].items() if method != "ConSERT"]
+
+
+def joint_selection_rows(backbone: str, profile: str, alphas: list | None = None) -> tuple[list[Row], dict]:
+    """The 100% `_joint` runs of every α, for choosing each baseline's α on STS-B dev (Table 6's runs, for BERT)."""
+    rows, groups = [], {}
+    for method, name in BASELINES[backbone].items():
+        if method != "ConSERT":
+            more_rows, more_groups = strategy_rows(method, name, "joint", alpha_grid(profile, alphas))
+            rows, groups = rows + more_rows, {**groups, **more_groups}
+    return rows, groups
+
+
+def alpha_of(chosen: dict) -> dict:
+    """{group: α} from best_on_dev's {group: chosen candidate label} (groups with no finished candidate left out)."""
+    return {group: float(label.rpartition("= ")[2].rstrip(")")) for group, label in chosen.items() if label}
 
 
 def table5_rows(recipe: str = "paper", profile: str = "paper") -> dict[str, dict]:
@@ -187,15 +285,140 @@ def stage1_loss(record: dict) -> float:
     return sum(tail) / len(tail)
 
 
-def literature(table: int) -> "pd.DataFrame":  # noqa: F821
-    """The paper's rows the kit does not train (other papers' numbers, marked ♢ ♡ ♣, and the baselines of the next
-    issue: PromptBERT, ConSERT, the `_joint` strategies), shown as published, with where they come from."""
+# --- Table 3: the augmentation modules ------------------------------------------------------------------------
+#: Table 3's trained rows: the semi-supervised w/o-aux recipe with each module (cse_kit.methods.diffaug: prefix_mode,
+#: augmentation_module, module_rank); "Dropout" is unsupervised SimCSE, run by the kit ("Synonym replacement" is cited)
+MODULE_ROWS = {"Prefix (same)": {"prefix_mode": "same"}, "Prefix (fix)": {"prefix_mode": "fix"},
+               "Prefix (different, ours)": {}, "Prefix-tuning (different)": {"prefix_mode": "tuning"},
+               **{f"{name} (different, r = {r})": {"augmentation_module": module, "module_rank": r}
+                  for name, module in (("Adapter", "adapter"), ("LoRA", "lora")) for r in (4, 64)}}
+SHARE_COLUMN = "# added params (rel. BERT-base)"
+
+
+def table3_rows(recipe: str = "paper") -> list[Row]:
+    """Dropout (unsupervised SimCSE) and every module row; "Prefix (different, ours)" is Table 8's no-aux run."""
+    return [Row("Dropout", "simcse-bert"),
+            *[Row(label, preset("semi", recipe=recipe), overrides) for label, overrides in MODULE_ROWS.items()]]
+
+
+def added_parameter_shares() -> dict[str, dict]:
+    """Each row's added parameters in % of BERT-base's (the module's over the encoder's, on BERT-base's shape built
+    without weights), for side_by_side beside the paper's 0.3% / 4.8%."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from ..methods.diffaug import DiffAug
+    from ..models import resolve_reference
+
+    # BERT-base's vocabulary (the template's ids; the share does not depend on them), offline
+    tokenizer = AutoTokenizer.from_pretrained(resolve_reference("all-MiniLM-L6-v2"))
+    out = {"Dropout": {SHARE_COLUMN: 0.0}}
+    for label, overrides in MODULE_ROWS.items():
+        with torch.device("meta"):
+            encoder = BertModel(BertConfig(), add_pooling_layer=False)
+            share = DiffAug(encoder, tokenizer, **overrides).added_parameter_share()
+        out[label] = {SHARE_COLUMN: 100 * share}
+    return out
+
+
+# --- Table 4: training cost --------------------------------------------------------------------------------------
+#: the paper's three runs (BERT-base, NLI, batch 128, 3 epochs, one RTX 8000): the supervised presets
+COST_RUNS = {"SimCSE": "simcse-sup-bert", "PromptBERT": "promptbert-sup-bert", "DiffAug (ours)": "diffaug-sup-bert"}
+COST_EPOCHS, COST_BATCH = 3, 128
+#: SimCSE's NLI triplets (the paper's 1% is 2,756): what every profile's projection is to, the paper's full run
+NLI_TRIPLETS = 275_601
+#: main-stage steps timed per run (a window, projected to 3 epochs); smoke keeps its profile's tiny batch
+COST_WINDOWS = {"paper": 100, "cpu": 6, "smoke": 3}
+RATIO_COLUMNS = {"Training time": "time ratio to SimCSE", "GPU memory usage": "memory ratio to SimCSE"}
+
+
+def cost_rows(profile: str, window: int | None = None) -> list[Row]:
+    """Each run trained for a window of main-stage steps (DiffAug's stage 1 capped to the window too), evaluated
+    once at its end, with the paper's batch (not on smoke); gradient accumulation off, as the paper's one GPU."""
+    steps = window or COST_WINDOWS[profile]
+    check(isinstance(steps, int) and steps >= 1, f"window is a positive number of steps, got {window}")
+    batch = {} if profile == "smoke" else {"batch_size": COST_BATCH}
+    rows = []
+    for label, name in COST_RUNS.items():
+        overrides = {**batch, "max_steps": steps, "eval_steps": steps, "gradient_accumulation": 1}
+        if PRESETS[name][1]["method"] == "diffaug":
+            overrides["stage1_steps"] = min(steps, _full_run(name, profile).stage1_steps)
+        rows.append(Row(label, name, overrides))
+    return rows
+
+
+def _full_run(name: str, profile: str):
+    from ..train.presets import build_config
+
+    return build_config(name, profile, {} if profile == "smoke" else {"batch_size": COST_BATCH})
+
+
+def projected_steps(name: str, profile: str) -> int:
+    """The steps of the paper's full run: 3 epochs of NLI at the batch, plus DiffAug's whole stage 1."""
+    cfg = _full_run(name, profile)
+    return COST_EPOCHS * (NLI_TRIPLETS // cfg.batch_size) + cfg.stage1_steps
+
+
+def cost_columns(profile: str):
+    """record -> projected minutes of the paper's full run on this machine (training seconds per step of the
+    window, stage-1 and main steps alike; evaluation left out) and peak memory in GB (the GPU's on CUDA, the
+    process's resident memory elsewhere)."""
+    def columns(record: dict) -> dict:
+        train = record["train"]
+        per_step = record["timings"]["train_train_s"] / train["steps"]
+        gpu = train.get("peak_gpu_memory_bytes")
+        memory = gpu or train.get("peak_rss_bytes") or math.nan
+        return {"Training time": per_step * projected_steps(record["config"]["preset"], profile) / 60,
+                "GPU memory usage": memory / 1e9,
+                "memory measured": "peak GPU memory" if gpu else "peak resident memory of the process (no GPU)"}
+    return columns
+
+
+def cost_comparison(long: "pd.DataFrame") -> "pd.DataFrame":  # noqa: F821
+    """Table 4's cells (projected minutes, GB) beside the paper's, and each run's ratios to SimCSE beside the
+    paper's ratios (1 : 1.33 : 1.81 in time, 1 : 1.3 : 1.5 in memory): on another machine the ratios compare."""
+    import pandas as pd
+
+    from ..experiments import compare, unpublished
+
+    table = compare(long, 4, list(RATIO_COLUMNS), paper="diffaug")
+    baseline = long[(long.row == "SimCSE") & (long.status == "ok")]
+    ratios = long.copy()
+    for column, ratio in RATIO_COLUMNS.items():
+        ratios[ratio] = long[column] / (baseline[column].mean() if len(baseline) else math.nan)
+    lines = unpublished(ratios, list(RATIO_COLUMNS.values()))
+    published = paper_table(4, "diffaug")
+    for column, ratio in RATIO_COLUMNS.items():
+        at = lines.column == ratio
+        lines.loc[at, "paper"] = [published.loc[row, column] / published.loc["SimCSE", column] for row in lines.row[at]]
+        lines.loc[at, "diff"] = lines.loc[at, "mean"] - lines.loc[at, "paper"]
+    return pd.concat([table, lines], ignore_index=True)
+
+
+# --- Figure 4: prefix length ---------------------------------------------------------------------------------------
+#: the prefix lengths swept (the paper plots some without listing them; optimum "around 8")
+PREFIX_GRIDS = {"paper": [1, 2, 4, 8, 16, 32], "cpu": [2, 4, 8, 16], "smoke": [2, 8]}
+
+
+def prefix_grid(profile: str, lengths: list | None) -> list[int]:
+    chosen = list(lengths) if lengths else PREFIX_GRIDS[profile]
+    bad = [n for n in chosen if not isinstance(n, int) or n < 1]
+    check(chosen and not bad, f"prefix lengths are positive integers, got {bad or chosen}")
+    return chosen
+
+
+def figure4_rows(lengths: list[int], recipe: str = "paper") -> list[Row]:
+    """The semi-supervised w/o-aux recipe (Table 3's setting) with each prefix length l (l = 8: its preset run)."""
+    return [Row(str(n), preset("semi", recipe=recipe), {"prefix_len": n}) for n in lengths]
+
+
+def literature(table: int, trained: list[str]) -> "pd.DataFrame":  # noqa: F821
+    """The paper's rows the kit does not train (other pipelines' numbers, marked ♢ ♡ ♣), shown as published, with
+    where they come from; `trained` are the labels the notebook trains."""
     frame = paper_table(table, "diffaug")
     marks = paper_tables("diffaug")[str(table)].get("marks") or {}
-    ours = {"SimCSE", "DiffCSE", "SimCSE (supervised)", "BERT ([CLS])", "BERT (Mean Pooling)"} if table == 1 else {
-        "SimCSE"}
-    cited = [label for label in frame.index if not label.startswith("DiffAug") and label not in ours]
-    sources = [marks.get(label) or "the original paper (not trained by the kit yet)" for label in cited]
+    cited = [label for label in frame.index if label not in set(trained)]
+    sources = [marks.get(label) or "the original paper" for label in cited]
     return frame.loc[cited].assign(source=sources)
 
 

@@ -8,14 +8,18 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..data.registry import ORDERED_CORPORA
-from ..eval.encode import POOLERS
+from ..eval.encode import POOLERS, PROMPT_POOLERS
 from ..methods.contrastive import PROJECTORS
 from ..methods.diffaug import CHOICES as DIFFAUG_CHOICES
+from ..methods.diffaug import MODULES as DIFFAUG_MODULES
+from ..methods.diffaug import PREFIX_MODES
 from ..methods.diffaug import VARIANTS as DIFFAUG_VARIANTS
 from ..methods.diffcse import ABLATIONS, CHOICES, VARIANTS, check_ablation
 from ..methods.esimcse import CHOICES as ESIMCSE_CHOICES
 from ..methods.esimcse import QUEUE_PER_BATCH
 from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
+from ..methods.promptbert import CHOICES as PROMPTBERT_CHOICES
+from ..methods.promptbert import VARIANTS as PROMPTBERT_VARIANTS
 from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
@@ -118,10 +122,38 @@ class TrainConfig:
     diffaug_variant: str = "paper"  # paper | official-code: the defaults of the two choices below
     denoise_offset: str | None = None  # sentence (paper) | sentence+prefix (official code)
     stage1_clip: str | None = None  # trained (paper) | all (official code)
+    # DiffAug Table 3: the module making the two views, prefix | adapter | lora (two sets, one per view), the
+    # adapters' / LoRA's rank r, and the prefix variants different (DiffAug) | same | fix | tuning
+    augmentation_module: str = "prefix"
+    module_rank: int = 4
+    prefix_mode: str = "different"
+    # PromptBERT (defaults: the paper; promptbert_variant=official-code gives the official code's choice). It also
+    # reads template (view 0's, and the test template), denoise (template denoising), projector (mlp: Linear + tanh
+    # after the denoising, training only | none) and pooler (prompt_mask | prompt_mask_denoised: the test vector)
+    template2: str | None = None  # the other views' template (unsupervised: the positive's); None: all in template
+    mlm_transform: bool = False  # BERT's pretrained MLM-head transform before the denoising (official sup-bert)
+    promptbert_variant: str = "paper"  # paper | official-code: the default of the choice below
+    denoise_positions: str | None = None  # sentence (paper) | from-zero (official code)
     # DiffAug Table 6's semi-supervised strategies for any method with a training sentence vector (SimCSE,
     # PromptBERT, ConSERT; cse_kit.methods.semi): none | joint (L_cl + aux_weight · L_ce on nli_data) | sup-unsup
     # (L_ce for stage1_steps at stage1_lr, then L_cl) | sup-joint (L_ce, then the joint loss)
     semi_strategy: str = "none"
+    # ConSERT (cse_kit.methods.consert; defaults: the official unsup-consert-base.sh). It also reads temp, pooler (its
+    # training vector: avg, the mean of the last layer) and dropout (0.0 is the script's --no_dropout)
+    consert_supervision: str = "none"  # none (contrastive only) | sbert (NLI cross-entropy only) | joint (both)
+    consert_aug1: str = "feature_cutoff"  # view 1's augmentation (--da_final_1): cse_kit.methods.consert.AUGMENTATIONS
+    consert_rate1: float = 0.2  # its rate (--cutoff_rate_final_1); 0 for none, shuffle and adversarial
+    consert_aug2: str = "shuffle"  # view 2's augmentation (--da_final_2)
+    consert_rate2: float = 0.0  # its rate (--cutoff_rate_final_2)
+    consert_cl_rate: float = 0.15  # weight of the contrastive loss (--cl_rate)
+    consert_noise_norm: float = 0.01  # the adversarial view's perturbation norm per token (what main.py:259 leaves)
+    consert_test_pooler: str = "avg_top2"  # the evaluated and exported vector (README.md:72: last two layers' mean)
+    consert_variant: str = "official-code"  # official-code | paper: the defaults of the five choices below
+    consert_cl_reduction: str | None = None  # mean (paper: the 2N losses averaged) | sum (code: two directions added)
+    consert_unsup_scale: str | None = None  # plain (paper) | scaled (code: cl_rate multiplies the unsupervised loss)
+    consert_nli_features: str | None = None  # sbert (paper: [u; v; |u - v|]) | sbert+max_square (code: + max(u, v)²)
+    consert_dropout_aug: str | None = None  # bernoulli (paper) | exact (code: exactly int(n·d·rate) elements zeroed)
+    consert_shuffle_positions: str | None = None  # model (paper) | from_zero (code: permutes arange; moves RoBERTa's)
     # provenance
     preset: str | None = None
     profile: str | None = None
@@ -172,7 +204,43 @@ class TrainConfig:
         self._validate_esimcse(need)
         self._validate_scd(need)
         self._validate_diffaug(need)
+        self._validate_promptbert(need)
         self._validate_semi(need)
+        self._validate_consert(need)
+
+    def _validate_consert(self, need) -> None:
+        from ..eval.encode import PROMPT_POOLERS
+        from ..methods.consert import AUGMENTATIONS, RATED, SUPERVISION
+        from ..methods.consert import CHOICES as CONSERT_CHOICES
+        from ..methods.consert import VARIANTS as CONSERT_VARIANTS
+        from .data import is_nli
+
+        need(self.consert_supervision in SUPERVISION, f"unknown consert_supervision {self.consert_supervision!r}; "
+             f"choose one of: {', '.join(SUPERVISION)}")
+        for view in (1, 2):
+            kind, rate = getattr(self, f"consert_aug{view}"), getattr(self, f"consert_rate{view}")
+            need(kind in AUGMENTATIONS, f"unknown consert_aug{view} {kind!r}; choose one of: "
+                 f"{', '.join(AUGMENTATIONS)}")
+            need((kind in RATED) == (0 < rate < 1), f"consert_aug{view} {kind} takes " + (
+                f"a rate in (0, 1): set consert_rate{view}" if kind in RATED else f"no rate: set consert_rate{view}=0")
+                + f" (got {rate})")
+            need(kind != "adversarial" or self.consert_supervision == "joint", "ConSERT's adversarial view follows "
+                 "the NLI cross-entropy's gradient: set consert_supervision=joint")
+        need(self.consert_cl_rate >= 0 and self.consert_noise_norm > 0,
+             "consert_cl_rate must be >= 0 and consert_noise_norm > 0")
+        need(self.consert_test_pooler in POOLERS and self.consert_test_pooler not in PROMPT_POOLERS,
+             f"consert_test_pooler must be one of: {', '.join(p for p in POOLERS if p not in PROMPT_POOLERS)}")
+        need(self.consert_variant in CONSERT_VARIANTS, f"unknown consert_variant {self.consert_variant!r}; choose "
+             f"one of: {', '.join(CONSERT_VARIANTS)}")
+        for name, choices in CONSERT_CHOICES.items():
+            value = getattr(self, f"consert_{name}")
+            need(value is None or value in choices, f"unknown consert_{name} {value!r}; choose one of: "
+                 f"{', '.join(choices)}")
+        if self.method == "consert":
+            need(self.projector == "none", "ConSERT has no projector (official main.py:189-197): set projector=none")
+            need((self.consert_supervision == "none") != is_nli(self.data), "ConSERT trains on a corpus with "
+                 "consert_supervision=none and on NLI triplets with sbert or joint; got consert_supervision="
+                 f"{self.consert_supervision} on {self.data}")
 
     def _validate_diffaug(self, need) -> None:
         need(self.max_seq_length >= 1, f"max_seq_length must be >= 1, got {self.max_seq_length}")
@@ -188,9 +256,13 @@ class TrainConfig:
         need(self.gradient_accumulation >= 1, f"gradient_accumulation must be >= 1, got {self.gradient_accumulation}")
         need(self.diffaug_variant in DIFFAUG_VARIANTS, f"unknown diffaug_variant {self.diffaug_variant!r}; choose "
              f"one of: {', '.join(DIFFAUG_VARIANTS)}")
-        for name, choices in DIFFAUG_CHOICES.items():
+        for name, choices in {**DIFFAUG_CHOICES, "augmentation_module": DIFFAUG_MODULES,
+                              "prefix_mode": PREFIX_MODES}.items():
             value = getattr(self, name)
             need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        need(self.module_rank >= 1, f"module_rank must be >= 1, got {self.module_rank}")
+        need(self.prefix_mode == "different" or self.augmentation_module == "prefix", f"prefix_mode "
+             f"{self.prefix_mode} is a prefix variant (Table 3): set augmentation_module=prefix")
         need(not self.pooler.startswith("prompt_mask") or self.template, f"pooler {self.pooler} needs a template "
              "(e.g. template='This sentence of \"*sent0*\" means*mask*.')")
         need(self.method != "diffaug" or (self.template and self.pooler == "prompt_mask"),
@@ -218,6 +290,31 @@ class TrainConfig:
         need((strategy == "sup-unsup") == (self.aux_weight == 0), f"semi_strategy {strategy} "
              + ("has no joint loss: set aux_weight=0" if strategy == "sup-unsup"
                 else "adds aux_weight · L_ce (Eq. 13): set aux_weight > 0"))
+
+    def _validate_promptbert(self, need) -> None:
+        need(self.promptbert_variant in PROMPTBERT_VARIANTS, f"unknown promptbert_variant "
+             f"{self.promptbert_variant!r}; choose one of: {', '.join(PROMPTBERT_VARIANTS)}")
+        for name, choices in PROMPTBERT_CHOICES.items():
+            value = getattr(self, name)
+            need(value is None or value in choices, f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+        need(self.method == "promptbert" or not (self.template2 or self.mlm_transform),
+             "template2 and mlm_transform are PromptBERT's: set method=promptbert, or leave them unset")
+        if self.method != "promptbert":
+            return
+        need(self.template and self.pooler in PROMPT_POOLERS, "PromptBERT reads the [MASK] of a prompt template: "
+             f"set a template and pooler={' or '.join(PROMPT_POOLERS)}")
+        need(self.projector in ("mlp", "none"), f"PromptBERT's training head is projector=mlp (Linear + tanh) or "
+             f"none, got {self.projector!r}")
+        need(not (self.mlm_transform and self.projector == "mlp"), "mlm_transform replaces the MLP as the official "
+             "code's head (models.py:57-61): set projector=none with it")
+
+    def promptbert_options(self) -> dict:
+        """The paper-vs-code choice of PromptBERT: an explicit setting over the variant's default."""
+        out = dict(PROMPTBERT_VARIANTS[self.promptbert_variant])
+        for name in out:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     def diffaug_options(self) -> dict:
         """The paper-vs-code choices of DiffAug: explicit settings over the variant's defaults."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..augmentation import HoulsbyAdapters
 from ..io import atomic_dir, write_json_atomic
 from ..models import quiet_transformers
 from ..prefix import PrefixedEncoder
@@ -47,6 +48,9 @@ def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) 
     if (Path(model_dir) / PrefixedEncoder.FILE).is_file():
         raise ValueError(f"{model_dir} attends a learned prefix at every layer (DiffAug), which sentence-transformers' "
                          "Transformer module cannot pass to the encoder: evaluate it with cse-kit eval")
+    if (Path(model_dir) / HoulsbyAdapters.FILE).is_file():
+        raise ValueError(f"{model_dir} holds bottleneck adapters (DiffAug Table 3), which sentence-transformers' "
+                         "Transformer module does not load: evaluate it with cse-kit eval")
     if pooler not in ST_POOLING:
         raise ValueError(f"pooler {pooler!r} has no sentence-transformers equivalent; exportable: "
                          f"{', '.join(ST_POOLING)}")

@@ -163,6 +163,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     check_processes(accelerator.num_processes)
     if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
         torch.cuda.reset_peak_memory_stats(accelerator.device)
+    _reset_peak_rss()
     seed = rank_seed(cfg.seed, accelerator.process_index)
     set_seed(seed)
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
@@ -400,9 +401,23 @@ def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, 
             f"({examples} examples), {stages}, batch {cfg.batch_size}; {start}; output {run}")
 
 
+def _reset_peak_rss() -> None:
+    """Start the process's peak resident set size afresh (Linux >= 4.0: VmHWM), so that a run inside a longer
+    process (a notebook, a test session) reports its own peak, not the largest of the runs before it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:  # not Linux, or not allowed: the peak is then the process's since it started
+        pass
+
+
 def _peak_rss_bytes() -> int | None:
-    """The process's peak resident set size since it started (a run inside a longer process, a notebook or a test
-    session, includes what came before it), or None where the OS does not report it."""
+    """The process's peak resident set size since _reset_peak_rss (else since it started), or None where the OS
+    does not report it."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
     if sys.platform == "win32":
         return None
     import resource  # POSIX only

@@ -60,6 +60,29 @@ _PROMPTBERT_UNSUP = {**_PROMPTBERT, "data": "Wiki1M", "batch_size": 256, "lr": 1
 _PROMPTBERT_SUP = {**_PROMPTBERT, "data": "NLI", "batch_size": 512, "lr": 5e-5, "epochs": 3,
                    "pooler": "prompt_mask_denoised"}
 
+# ConSERT (yym6472/ConSERT@03c9e8f, scripts/): batch 96, STS-B dev every 200 steps, τ 0.1, --cl_rate 0.15. Training
+# reads the mean of the last layer (main.py:189-192) without a projector; the test reads the mean of the last two
+# layers (README.md:72). The schedule is linear with 10% warm-up (main.py:283-284). max_seq_length is 67 because the
+# scripts' --max_seq_length 64 counts sub-words: sentence_transformers cuts at min(longest, 64) + 3 tokens, [CLS] and
+# [SEP] included (sentence_transformers/models/Transformer.py:88), which keeps 65 sub-words.
+_CONSERT = {"method": "consert", "projector": "none", "pooler": "avg", "consert_test_pooler": "avg_top2",
+            "batch_size": 96, "max_seq_length": 67, "eval_steps": 200, "temp": 0.1, "consert_cl_rate": 0.15,
+            "metric": "stsb_spearman", "consert_variant": "official-code"}
+# unsup-consert-base.sh:1 (roberta/unsup-consert-base.sh:1 is the same): --da_final_1 feature_cutoff
+# --cutoff_rate_final_1 0.2 --da_final_2 shuffle --no_dropout --cl_loss_only, lr 5e-7. The script trains 10 epochs on
+# the STS and SICK texts (89,192 sentences, 9,300 steps). DiffAug (App. C) re-trained it on Wiki1M, and so does this
+# preset: one epoch of Wiki1M at batch 96 is 10,416 steps, close to the script's count, with 1,042 of warm-up.
+_CONSERT_UNSUP = {**_CONSERT, "data": "Wiki1M", "lr": 5e-7, "epochs": 1, "warmup_steps": 1042, "dropout": 0.0,
+                  "consert_supervision": "none", "consert_aug1": "feature_cutoff", "consert_rate1": 0.2,
+                  "consert_aug2": "shuffle", "consert_rate2": 0.0}
+# sup-consert-joint-base.sh:1: NLI, lr 2e-5 (the default at main.py:65), 1 epoch, dropout kept. The loss is the
+# cross-entropy + 0.15 · the contrastive loss between the un-augmented pass and a token cutoff of 0.1
+# (--data_augmentation_strategy cutoff --cutoff_direction row --cutoff_rate 0.1; AdvCLSoftmaxLoss.py:582-601,
+# 775-777). 48 triplets give the script's 96 pairs a step: 5,741 steps over NLI's 275,601 triplets, 575 of warm-up.
+_CONSERT_SUP = {**_CONSERT, "data": "NLI", "lr": 2e-5, "epochs": 1, "batch_size": 48, "warmup_steps": 575,
+                "consert_supervision": "joint", "consert_aug1": "none", "consert_rate1": 0.0,
+                "consert_aug2": "token_cutoff", "consert_rate2": 0.1}
+
 #: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
 #: §2.3 (SCD: paper §3.1, the official README and issue #2), §2.4 and ESimCSE/run.sh.
 PRESETS = {
@@ -103,18 +126,24 @@ PRESETS = {
                                      "projector": "none", "mlm_transform": True}),
     "promptroberta-sup-roberta": ("roberta", {**_PROMPTBERT_SUP, "template": PROMPTBERT_TEMPLATES["roberta"][0],
                                               "projector": "mlp"}),
+    # ConSERT: the unsupervised best (feature cutoff + shuffle, no dropout) on Wiki1M, as DiffAug re-trained it, and
+    # the supervised joint objective on NLI (--set consert_supervision=sbert gives sup-sbert-base.sh's objective)
+    "consert-bert": ("bert", _CONSERT_UNSUP),
+    "consert-roberta": ("roberta", _CONSERT_UNSUP),
+    "consert-sup-bert": ("bert", _CONSERT_SUP),
 }
 
 #: DiffAug Table 6's semi-supervised strategies (cse_kit.methods.semi), set on any SimCSE, PromptBERT or ConSERT
 #: preset with `semi_strategy`: what each fills in unless given. The paper gives none of these; the supervised stage
-#: is ConSERT's sup-sbert run (scripts/sup-sbert-base.sh: batch 96, main.py:65 lr 2e-5, 1 epoch: 2870 steps over
-#: NLI's 275,601 triplets), α is one point of the grid the paper tunes over (the notebooks sweep it, select on dev)
+#: is ConSERT's sup-sbert run (scripts/sup-sbert-base.sh: 96 sentence pairs a batch, i.e. 48 triplets of 2 pairs;
+#: main.py:65 lr 2e-5; 1 epoch: 5741 steps over NLI's 275,601 triplets), α is one point of the grid the paper tunes
+#: over (the notebooks sweep it and select on dev)
 SEMI_STRATEGY_SETTINGS = {
     "joint": {"aux_weight": 0.1},
-    "sup-unsup": {"stage1_steps": 2870},
-    "sup-joint": {"stage1_steps": 2870, "aux_weight": 0.1},
+    "sup-unsup": {"stage1_steps": 5741},
+    "sup-joint": {"stage1_steps": 5741, "aux_weight": 0.1},
 }
-_SEMI_COMMON = {"nli_data": "NLI", "nli_batch_size": 96, "stage1_lr": 2e-5}
+_SEMI_COMMON = {"nli_data": "NLI", "nli_batch_size": 48, "stage1_lr": 2e-5}
 
 #: DiffCSE Table 6: generator name -> checkpoint on the paper profile (Turc et al. compact BERTs on the Hub).
 GENERATORS = {
@@ -165,7 +194,9 @@ PROFILES = {
             # than stage 2 would run at learning rate 0)
             "method_settings": {"diffaug": {"batch_size": 32, "nli_batch_size": 32, "stage1_steps": 8},
                                 # PromptBERT: batches of 64, 8 steps on the 512 sentences, as SimCSE's cpu runs
-                                "promptbert": {"batch_size": 64}},
+                                "promptbert": {"batch_size": 64},
+                                # ConSERT: batches of 32 (16 steps on the 512 examples), 10% of them warm-up
+                                "consert": {"batch_size": 32, "warmup_steps": 2}},
             "semi_settings": {"nli_batch_size": 32, "stage1_steps": 8},
             "report": {"seeds": [42], "transfer_mode": "test"}},
     # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
@@ -180,7 +211,8 @@ PROFILES = {
                            "scd_projector": "512-512-512"},
               "ordered_data": "Licenses-ordered",
               "nli_data": "SNLI-triplets",
-              "method_settings": {"diffaug": {"nli_batch_size": 16, "stage1_steps": 4, "eval_steps": 4}},
+              "method_settings": {"diffaug": {"nli_batch_size": 16, "stage1_steps": 4, "eval_steps": 4},
+                                  "consert": {"warmup_steps": 1}},  # ConSERT: 10% of the 8 steps warm-up
               "semi_settings": {"nli_batch_size": 16, "stage1_steps": 4},
               # SentEval's fast configuration keeps the smoke report within minutes
               "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},

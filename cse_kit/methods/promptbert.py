@@ -1,0 +1,170 @@
+"""PromptBERT (Jiang et al., EMNLP 2022): a sentence is the [MASK] state of a hard template (cse_kit.prompt), minus
+the template's own [MASK] state (template denoising: the empty template at the sentence's positions).
+
+Unsupervised: the two views of a sentence are the sentence in two different templates, each denoised with its own
+template, through a training-only Linear + tanh MLP, InfoNCE at τ. Supervised: NLI triplets (anchor, entailment,
+contradiction as hard negative), as the official supervised scripts: one template, denoising, and a head that the
+official evaluation keeps (sup-bert: BERT's pretrained MLM-head transform, applied before the denoising;
+sup-roberta: the MLP after it). The exported model is the plain encoder; `pooler` says how it is read at test time.
+
+Batches hold every view wrapped in the first template (`cfg.template`, cse_kit.train.data.tokenize). The second
+template is applied here, by re-wrapping the views after the first (`rewrap`): the data layer stays one template
+for every method, and the sentence's sub-words are the same in both views, as the official prepare_features builds
+them (train.py:686-693)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..eval.encode import PROMPT_POOLERS
+from ..prompt import PROMPTBERT_BERT, Template, mask_states
+from .contrastive import MLPProjector, info_nce, init_like_official
+
+#: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
+#: (the supervised scripts use the first alone: run.sh:116, 131). The first is also the test template (run.sh:106-107,
+#: 88-89). RoBERTa's words are spaced as train.py:626-629 leaves them: the text before the sentence stripped, the text
+#: after it starting with a blank.
+TEMPLATES = {"bert": (PROMPTBERT_BERT, 'This sentence : "*sent0*" means*mask*.'),
+             "roberta": ("This sentence : ' *sent0* ' means*mask*.", "The sentence : ' *sent0* ' means*mask*.")}
+
+#: choice -> its values. denoise_positions: the position ids of the empty template that is subtracted: those its
+#: tokens have in the sentence's input ("sentence": the paper's template denoising; RoBERTa counts positions from
+#: padding_idx + 1) or 0, 1, ... whatever the model ("from-zero": get_delta's torch.arange, models.py:96, and
+#: evaluation.py:57). The two agree for BERT.
+CHOICES = {"denoise_positions": ("sentence", "from-zero")}
+VARIANTS = {"paper": {"denoise_positions": "sentence"}, "official-code": {"denoise_positions": "from-zero"}}
+
+
+def rewrap(input_ids: torch.Tensor, attention_mask: torch.Tensor, source: Template, target: Template,
+           pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of (rows, length) sentences wrapped in `source`, wrapped in `target` instead
+    (right-padded, width changed by the templates' difference). Tensor ops only: no host sync in the step."""
+    rows, width = input_ids.shape
+    lengths = (attention_mask.sum(-1) - len(source)).unsqueeze(1)
+    pos = torch.arange(width - len(source) + len(target), device=input_ids.device).expand(rows, -1)
+    start, end = len(target.before), len(target.before) + lengths
+    out = input_ids.gather(1, (pos - start + len(source.before)).clamp(0, width - 1))  # the sentence's sub-words
+    before = torch.tensor(target.before, device=input_ids.device)
+    after = torch.tensor(target.after, device=input_ids.device)
+    out = torch.where(pos < start, before[pos.clamp(max=start - 1)], out)
+    out = torch.where(pos >= end, after[(pos - end).clamp(0, len(after) - 1)], out)
+    mask = pos < end + len(after)
+    return torch.where(mask, out, pad_id), mask.long()
+
+
+def first_position(encoder: nn.Module) -> int:
+    """The position id an encoder gives a row's first token: RoBERTa's embeddings count from padding_idx + 1
+    (create_position_ids_from_input_ids), BERT's from 0."""
+    embeddings = encoder.embeddings
+    return embeddings.padding_idx + 1 if hasattr(embeddings, "create_position_ids_from_input_ids") else 0
+
+
+def bert_mlm_transform(ref: str, data_dir=None) -> nn.Module:
+    """BERT's pretrained MLM-head transform (dense, activation, LayerNorm) from checkpoint `ref`, as the official
+    sup-bert run takes it (--mask_embedding_sentence_org_mlp, train.py:581-584). A checkpoint without an MLM head
+    gives a freshly initialised one, with the loader's warning, as there."""
+    from transformers import BertForMaskedLM
+
+    from ..models import load_model
+
+    return load_model(ref, model_class=BertForMaskedLM, data_dir=data_dir)[1].cls.predictions.transform
+
+
+class PromptBERT(nn.Module):
+    """Batch: input_ids / attention_mask (batch, views, length) of template-wrapped ids: 2 views (the sentence
+    twice: unsupervised) or 3 (anchor, entailment, contradiction: supervised). View 0 stays in `template`; with
+    `template2` the other views are re-wrapped in it (the official code does so for views 1 and 2:
+    train.py:688-693, models.py:170-174)."""
+
+    method = "promptbert"
+
+    def __init__(self, encoder: nn.Module, tokenizer, *, template: str = PROMPTBERT_BERT, template2: str | None = None,
+                 temp: float = 0.05, denoise: bool = True, mlp: bool = True, mlm_transform: nn.Module | None = None,
+                 hard_negative_weight: float = 0.0, pooler: str = "prompt_mask", denoise_positions: str = "sentence"):
+        super().__init__()
+        if denoise_positions not in CHOICES["denoise_positions"]:
+            raise ValueError(f"unknown denoise_positions {denoise_positions!r}; choose one of: "
+                             f"{', '.join(CHOICES['denoise_positions'])}")
+        if pooler not in PROMPT_POOLERS:
+            raise ValueError(f"PromptBERT is read at a template's [MASK]: pooler must be one of "
+                             f"{', '.join(PROMPT_POOLERS)}, got {pooler!r}")
+        if mlp and mlm_transform is not None:
+            raise ValueError("the official code has one head: the MLM-head transform replaces the MLP "
+                             "(models.py:57-61); use projector=none with mlm_transform")
+        self.encoder = encoder
+        self.template = Template(tokenizer, template)
+        self.template2 = Template(tokenizer, template2) if template2 else None
+        self.pad_id, self.temp, self.denoise = tokenizer.pad_token_id, temp, denoise
+        self.hard_negative_weight = hard_negative_weight
+        self.position_offset = first_position(encoder) if denoise_positions == "sentence" else 0
+        # official heads: the pretrained MLM transform on every [MASK] state before the denoising (models.py:106-107,
+        # 163-164), or the MLPLayer after it (:187-191), initialised by cl_init's init_weights() (:61-63)
+        self.mlm_transform = mlm_transform if mlm_transform is not None else nn.Identity()
+        config = encoder.config
+        self.mlp = init_like_official(MLPProjector(config.hidden_size), getattr(config, "initializer_range", 0.02)) \
+            if mlp else nn.Identity()
+        self.test_pooler = pooler
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, encoder) -> "PromptBERT":
+        transform = None
+        if cfg.mlm_transform:
+            if encoder.config.model_type != "bert":
+                raise ValueError(f"mlm_transform is BERT's MLM-head transform (the official code loads it for BERT "
+                                 f"only, train.py:581-584); {cfg.model} is {encoder.config.model_type}")
+            transform = bert_mlm_transform(cfg.model, cfg.data_dir)
+        return cls(encoder, tokenizer, template=cfg.template, template2=cfg.template2, temp=cfg.temp,
+                   denoise=cfg.denoise, mlp=cfg.projector == "mlp", mlm_transform=transform,
+                   hard_negative_weight=cfg.hard_negative_weight, pooler=cfg.pooler, **cfg.promptbert_options())
+
+    def template_states(self, template: Template, lengths: torch.Tensor) -> torch.Tensor:
+        """(len(lengths), hidden): the empty template's [MASK] state, its positions after the sentence slot moved by
+        each sentence's length, through the MLM transform if there is one. One row per length present, so sentences
+        of one length share a row (and its dropout draw), as the official delta[blen] (models.py:78-108, 170-177);
+        with dropout and gradient, as there."""
+        needed, index = torch.unique(lengths, return_inverse=True)
+        ids, positions = template.denoising_inputs(needed, offset=self.position_offset)
+        out = self.encoder(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, return_dict=True)
+        return self.mlm_transform(mask_states(out.last_hidden_state, ids, template.mask_token_id))[index]
+
+    def vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, second_template: bool = True):
+        """(rows, views, hidden): each view's training vector. View 0 in `template`, the others in `template2` when
+        second_template and there is one; all rows in one encoder pass (each its own dropout mask)."""
+        rows, views, _ = input_ids.shape
+        split = 1 if second_template and self.template2 is not None else views
+        groups = [(input_ids[:, :split].flatten(0, 1), attention_mask[:, :split].flatten(0, 1), self.template)]
+        if split < views:
+            groups.append((*rewrap(input_ids[:, split:].flatten(0, 1), attention_mask[:, split:].flatten(0, 1),
+                                   self.template, self.template2, self.pad_id), self.template2))
+        width = max(ids.shape[1] for ids, _, _ in groups)
+        ids = torch.cat([F.pad(i, (0, width - i.shape[1]), value=self.pad_id) for i, _, _ in groups])
+        mask = torch.cat([F.pad(m, (0, width - m.shape[1])) for _, m, _ in groups])
+        out = self.encoder(input_ids=ids, attention_mask=mask, return_dict=True)
+        states = self.mlm_transform(mask_states(out.last_hidden_state, ids, self.template.mask_token_id))
+        if self.denoise:
+            states = torch.cat([s - self.template_states(t, m.sum(-1) - len(t))
+                                for s, (_, m, t) in zip(states.split([len(i) for i, _, _ in groups]), groups)])
+        z, hidden = self.mlp(states), states.shape[-1]
+        first, rest = z.split([rows * split, rows * (views - split)])
+        return torch.cat([first.view(rows, split, hidden), rest.view(rows, views - split, hidden)], 1)
+
+    def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(rows, views, hidden): the vector training represents a sentence by, every view in the first template
+        (what the semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
+        return self.vectors(input_ids, attention_mask, second_template=False)
+
+    def forward(self, batch: dict) -> dict:
+        views = batch["input_ids"].shape[1]
+        if views not in (2, 3):
+            raise ValueError(f"PromptBERT needs 2 views (unsupervised) or 3 (anchor, entailment, contradiction); "
+                             f"got {views}")
+        z = self.vectors(batch["input_ids"], batch["attention_mask"])
+        loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if views == 3 else None, self.hard_negative_weight)
+        return {"loss": loss, "contrastive": loss.detach()}
+
+    def test_model(self) -> tuple[nn.Module, str]:
+        """The plain encoder, read at the first template's [MASK] (`prompt_mask`, the unsupervised scripts' test) or
+        denoised (`prompt_mask_denoised`, the supervised scripts'). The heads are training-only here."""
+        return self.encoder, self.test_pooler
