@@ -145,7 +145,8 @@ def test_conditional_mlm_loss_recovers_the_masked_tokens(tok):
 
 
 def test_corrective_lm_is_cocolm_copy_mechanism():
-    """p_CLM = 1(x'' = x) p_copy + (1 - p_copy) p_LM(x); L = -log p_CLM + λ_copy BCE(p_copy, 1(x'' = x))."""
+    """COCO-LM §3.2 per token: p_CLM = 1(x'' = x) sg(p_copy) + sg(1 - p_copy) p_LM(x);
+    L_copy = BCE(p_copy, 1(x'' = x))."""
     torch.manual_seed(0)
     vocab, copy_logit = torch.randn(6, 10, requires_grad=True), torch.randn(6, requires_grad=True)
     original = torch.tensor([1, 2, 3, 4, 5, 6])
@@ -158,23 +159,82 @@ def test_corrective_lm_is_cocolm_copy_mechanism():
         assert lm[i].item() == pytest.approx(-math.log(same * p_copy + (1 - p_copy) * p_lm), rel=1e-5)
         assert copy_loss[i].item() == pytest.approx(-math.log(p_copy if same else 1 - p_copy), rel=1e-5)
     lm.sum().backward()
-    assert copy_logit.grad is None  # p_copy is trained by its own loss only (stop-gradient in p_CLM)
-    assert COPY_WEIGHT == 50.0
+    assert copy_logit.grad is None and vocab.grad.abs().sum() > 0  # sg: L_LM trains p_LM, never p_copy
+    assert COPY_WEIGHT == 50.0  # λ_copy, microsoft/COCO-LM fairseq/fairseq/models/cocolm/model.py:644
 
 
-def test_corrective_loss_of_the_model_is_the_mean_over_real_tokens(tok):
-    model = _model(tok, task="corrective")
+def _cocolm_by_hand(model, h, ids, mask, seed):
+    """COCO-LM's L_CLM restated on the model's own discriminator states, in probabilities (float64):
+    p_LM(x | h_i) = softmax(E h_i + b) (no transform: the official CLMHead), p_copy(1 | h_i) = sigmoid(w h_i + b_w),
+    L_LM = Σ_{i∈M} -log(c_i sg(p_copy) + sg(1 - p_copy) p_LM(x_i)), L_copy = Σ_{i real} BCE(p_copy, c_i),
+    L_CLM = L_LM + λ_copy L_copy, c_i = 1(x''_i = x_i), M = the positions the MLM corruption masked."""
+    torch.manual_seed(seed)
+    edited, _, _ = model.edit(ids, mask, "replace")  # x'' (the same draws as the loss's)
+    torch.manual_seed(seed)
+    _, selected = mlm_corrupt(ids, torch.isin(ids, model.special_ids), 0.3, model.mask_id, model.vocab_size)
+    masked = selected & (mask == 1)
+    hidden = model._discriminate(h, edited, mask).double()
+    E = model.discriminator.embeddings.word_embeddings.weight.double()
+    p_lm = (hidden @ E.T + model.lm_head.bias.double()).softmax(-1)
+    p_copy = torch.sigmoid(hidden @ model.lm_head.copy.weight.double().T + model.lm_head.copy.bias.double())[..., 0]
+    sg = p_copy.detach()
+    c = (edited == ids).double()
+    p_orig = p_lm.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    lm = -torch.log(c * sg + (1 - sg) * p_orig)[masked].sum()
+    copy_term = -(c * torch.log(p_copy) + (1 - c) * torch.log(1 - p_copy))[mask == 1].sum()
+    return lm, copy_term, masked, c
+
+
+def _half_replacing_generator(model, ids, mask):
+    """The generator's argmax made to keep every other real token and replace the rest, so that x'' has kept and
+    replaced tokens both inside and outside the masked positions."""
+    where = mask == 1
+    where[:, 0] = False
+    choice = ids[where].clone()
+    choice[::2] = 2000 + torch.arange(len(choice[::2]))
+    model._generator_choices = lambda hidden: choice
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_corrective_loss_of_the_model_is_cocolm_l_clm(tok, reduction):
+    model = _model(tok, task="corrective", rtd_reduction=reduction)
     b = tok(SENTENCES, padding=True, return_tensors="pt")
+    ids, mask = b["input_ids"], b["attention_mask"]
+    _half_replacing_generator(model, ids, mask)
     h = torch.randn(len(SENTENCES), 32)
     torch.manual_seed(4)
+    loss, accuracy = model.corrective_loss(h, ids, mask)
+    lm, copy_term, masked, c = _cocolm_by_hand(model, h, ids, mask, 4)
+    real = mask == 1
+    # the case this checks: L_LM covers only M, a strict subset of the real tokens, and x'' has both kept and
+    # replaced tokens inside and outside M
+    assert masked.any() and (real & ~masked).any()
+    assert (c[masked] == 1).any() and (c[masked] == 0).any() and (c[real & ~masked] == 0).any()
+    expected = lm + COPY_WEIGHT * copy_term
+    if reduction == "mean":
+        expected = expected / real.sum()
+    assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-5)
+    assert 0 <= float(accuracy) <= 1
+    # the conditional MLM keeps BERT's transform; the corrective LM's vocabulary head is the tied embeddings + bias
+    assert isinstance(model.lm_head.transform, torch.nn.Identity)
+    assert not isinstance(_model(tok, task="cmlm").lm_head.transform, torch.nn.Identity)
+
+
+def test_corrective_copy_head_is_trained_by_the_copy_loss_alone(tok):
+    """The stop-gradient: the copy head's gradient from L_CLM equals λ_copy times that of L_copy; L_LM adds none."""
+    model = _model(tok, task="corrective", rtd_reduction="sum")
+    b = tok(SENTENCES, padding=True, return_tensors="pt")
+    _half_replacing_generator(model, b["input_ids"], b["attention_mask"])
+    h = torch.randn(len(SENTENCES), 32)
+    torch.manual_seed(5)
     loss, _ = model.corrective_loss(h, b["input_ids"], b["attention_mask"])
-    torch.manual_seed(4)
-    edited, _, _ = model.edit(b["input_ids"], b["attention_mask"], "replace")
-    real = b["attention_mask"] == 1
-    hidden = model._discriminate(h, edited, b["attention_mask"])[real]
-    lm, copy_loss = corrective_lm_loss(model.lm_head(hidden, model.discriminator.get_input_embeddings().weight),
-                                       model.lm_head.copy(hidden).squeeze(-1), b["input_ids"][real], edited[real])
-    assert float(loss) == pytest.approx(float((lm + COPY_WEIGHT * copy_loss).mean()), rel=1e-5)
+    head = model.lm_head.copy
+    got = torch.autograd.grad(loss, [head.weight, head.bias])
+    lm, copy_term, _, _ = _cocolm_by_hand(model, h, b["input_ids"], b["attention_mask"], 5)
+    want = torch.autograd.grad(COPY_WEIGHT * copy_term, [head.weight, head.bias])
+    assert torch.autograd.grad(lm, [head.weight, head.bias], allow_unused=True) == (None, None)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-4, atol=1e-6)
 
 
 def _infonce(a, b, temp, extra=None):

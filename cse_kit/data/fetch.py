@@ -190,6 +190,9 @@ def import_path(path, data_dir=None) -> dict[str, dict]:
             shutil.copytree(src, tree / src.name)  # keep the folder's name: it may be part of the layout
         else:
             unpack(src, tree)
+        for converter, inputs in IMPORT_CONVERTERS.items():
+            if any(next(tree.rglob(name), None) for name in inputs):
+                CONVERTERS[converter](tree)
         placed, refused = _stage_and_place(tree, REGISTRY.values(), root)
     if refused:
         raise ImportRefused(_refusal(src, placed, refused), placed, refused)
@@ -307,9 +310,18 @@ def _write_documents(path: Path, documents) -> None:
                 out.write("\n".join(doc) + "\n\n")
 
 
+#: WikiText's tokenizer splits hyphens, thousands separators and decimal points inside words and numbers into
+#: " @-@ ", " @,@ " and " @.@ " (e.g. "role @-@ playing", "8 @,@ 600", "3 @.@ 5"); the converter joins them back
+WIKITEXT_AT_TOKENS = re.compile(r" @([-,.])@ ")
+#: the train file of each WikiText-103 archive: the raw one (the registry's source: no <unk>) first, else the
+#: tokenized one (wikitext-103-v1.zip: rare words are <unk>, kept as they are)
+WIKITEXT_TRAIN_FILES = ("wiki.train.raw", "wiki.train.tokens")
+
+
 def _wikitext_articles(lines):
-    """WikiText's raw train file: articles start at ' = Title = ' lines (sections are ' = = ... = = '); every other
-    non-empty line is a paragraph."""
+    """WikiText's train file: an article starts at its ' = Title = ' line; ' = = Section = = ' (and deeper) lines and
+    blank lines are not text; every other line is a paragraph, split into sentences after its @-@, @,@ and @.@
+    tokens are joined back (the rest of WikiText's tokenization, spaces around punctuation, is kept)."""
     article = None
     for line in lines:
         text = line.strip()
@@ -318,15 +330,19 @@ def _wikitext_articles(lines):
                 yield article
             article = []
         elif text and not text.startswith("=") and article is not None:
-            article.extend(split_sentences(text))
+            article.extend(split_sentences(WIKITEXT_AT_TOKENS.sub(r"\1", f" {text} ")))
     if article:
         yield article
 
 
 def _convert_wikitext_sentences(tree: Path) -> None:
-    found = sorted(tree.rglob("wiki.train.raw"))
-    if not found:
-        raise DataError("wiki.train.raw not found in the WikiText-103 archive")
+    """The train split of a WikiText-103 archive (only: valid and test are other articles) as documents of sentences."""
+    for name in WIKITEXT_TRAIN_FILES:
+        found = sorted(tree.rglob(name))
+        if found:
+            break
+    else:
+        raise DataError(f"no {' or '.join(WIKITEXT_TRAIN_FILES)} in the WikiText-103 archive")
     with open(found[0], encoding="utf-8") as f:
         _write_documents(tree / "converted" / "wikitext103_train_sentences.txt", _wikitext_articles(f))
 
@@ -342,6 +358,9 @@ def _convert_license_sentences(tree: Path) -> None:
 
 CONVERTERS = {"snli_jsonl": _convert_snli_jsonl, "wikitext_sentences": _convert_wikitext_sentences,
               "license_sentences": _convert_license_sentences}
+#: converters `import` also runs, on an archive or folder that holds one of these files (the original archive of a
+#: dataset the kit converts, e.g. wikitext-103-raw-v1.zip)
+IMPORT_CONVERTERS = {"wikitext_sentences": WIKITEXT_TRAIN_FILES}
 #: converter -> why its output's md5 differs from the reference copy while its records are the same
 CONVERSION_DIFFERS = {"snli_jsonl": "converted from the official jsonl without SentEval's PTB tokenizer"}
 

@@ -25,7 +25,9 @@ VARIANTS = {
 }
 #: generator rows projected onto the vocabulary at once (250 MB of float32 logits for a 30k vocabulary)
 GENERATOR_CHUNK = 2048
-#: COCO-LM's weight of the copy loss in its corrective LM (λ_copy, Meng et al. 2021 §3.2 and its pretraining setup)
+#: COCO-LM's weight λ_copy of the copy loss in its corrective LM (Meng et al. 2021 §3.2,
+#: L_CLM = λ_copy·L_copy + L_LM; 50 is the official default: microsoft/COCO-LM
+#: fairseq/fairseq/models/cocolm/model.py:644 `binary_loss_weight`)
 COPY_WEIGHT = 50.0
 
 CHOICES = {
@@ -53,8 +55,10 @@ CHOICES = {
 ABLATIONS = {
     "task": {"rtd": "replaced-token detection conditioned on h (DiffCSE)",
              "cmlm": "conditional MLM (Yang et al. 2020): recover the masked tokens of x' conditioned on h",
-             "corrective": "conditional corrective LM (COCO-LM, Meng et al. 2021): recover the original token at "
-                           "every position of x'' with a vocabulary head and a copy mechanism, conditioned on h",
+             "corrective": "conditional corrective LM (COCO-LM, Meng et al. 2021 §3.2): a copy head detects at every "
+                           "position of x'' whether the token is the original; at the masked positions the original "
+                           "token is recovered through the copy mechanism (vocabulary softmax mixed with the stopped "
+                           "copy probability), conditioned on h",
              "positive": "no discriminator: the edited sentence is an extra positive in SimCSE (Table 15)",
              "negative": "no discriminator: the edited sentence is an extra negative in SimCSE (Table 15)"},
     "edit": {"replace": "MLM replacement by the generator (DiffCSE)",
@@ -68,15 +72,19 @@ ABLATIONS = {
 }
 
 class ConditionalLMHead(nn.Module):
-    """BERT's MLM head on the discriminator: a transform (Linear, GELU, LayerNorm) and the discriminator's word
-    embeddings as the decoder (tied, as BERT's), with its own output bias; plus, for the corrective LM, COCO-LM's
-    copy head (a linear map to the logit of p_copy(1 | h))."""
+    """The vocabulary head on the discriminator: the discriminator's word embeddings as the decoder (tied), with its
+    own output bias. The conditional MLM puts BERT's transform (Linear, GELU, LayerNorm) before it, as BERT's MLM
+    head; the corrective LM does not: COCO-LM's p_LM is softmax(x_t·h_i) over the vocabulary, and its official CLMHead
+    (microsoft/COCO-LM fairseq/fairseq/models/cocolm/model.py:349-371, the transform commented out) is the tied
+    embeddings plus a bias. `copy`: COCO-LM's copy head, a linear map of h_i to the logit of p_copy(1 | h_i)
+    (model.py:374-397 BinaryHead, with a bias)."""
 
-    def __init__(self, config, vocab_size: int, copy: bool = False):
+    def __init__(self, config, vocab_size: int, copy: bool = False, transform: bool = True):
         super().__init__()
         hidden = config.hidden_size
         self.transform = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
-                                       nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12)))
+                                       nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12))
+                                       ) if transform else nn.Identity()
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         self.copy = nn.Linear(hidden, 1) if copy else None
         init_like_official(self, getattr(config, "initializer_range", 0.02))
@@ -87,14 +95,17 @@ class ConditionalLMHead(nn.Module):
 
 def corrective_lm_loss(vocab_logits: torch.Tensor, copy_logits: torch.Tensor, original: torch.Tensor,
                        edited: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """COCO-LM's corrective LM per token (Meng et al. 2021, §3.2): with c = 1(original = edited),
-    p_copy(1 | h) = sigmoid(w·h) and p_LM the vocabulary softmax,
-        p_CLM(original | h) = c · p_copy(1 | h) + p_copy(0 | h) · p_LM(original | h)   (p_copy without gradient)
-        L = -log p_CLM + λ_copy · BCE(p_copy(1 | h), c).
-    Returns (L_LM, L_copy) per token."""
+    """COCO-LM's corrective LM per token (Meng et al. 2021, §3.2), with c = 1(x''_i = x_i) (the token is the
+    original), p_copy(1 | h_i) = sigmoid(w_copy·h_i + b) and p_LM the vocabulary softmax:
+        p_CLM(x_i | h_i) = c · sg(p_copy(1 | h_i)) + sg(p_copy(0 | h_i)) · p_LM(x_i | h_i)    sg: stop-gradient
+        L_LM,i   = -log p_CLM(x_i | h_i)                        (summed over the masked positions M only)
+        L_copy,i = -[c log p_copy(1 | h_i) + (1 - c) log p_copy(0 | h_i)]       (summed over every position)
+        L_CLM    = λ_copy · L_copy + L_LM
+    p_copy is trained by L_copy alone: no gradient reaches the copy head through L_LM. Returns (L_LM,i, L_copy,i)
+    for every row given; `DiffCSE.corrective_loss` sums each over its positions."""
     log_lm = vocab_logits.float().log_softmax(-1).gather(-1, original.unsqueeze(-1)).squeeze(-1)
     c = copy_logits.float()
-    keep = F.logsigmoid(-c.detach()) + log_lm
+    keep = F.logsigmoid(-c.detach()) + log_lm  # log(sg(p_copy(0)) p_LM)
     copied = original == edited
     log_p = torch.where(copied, torch.logaddexp(F.logsigmoid(c.detach()), keep), keep)
     copy_loss = F.binary_cross_entropy_with_logits(c, copied.float(), reduction="none")
@@ -172,7 +183,8 @@ class DiffCSE(SimCSE):
                 # torch's default init: the official train.py:373,387 attaches it after loading, no init_weights
                 self.rtd_head = nn.Linear(config.hidden_size, 2)
             else:
-                self.lm_head = ConditionalLMHead(config, vocab, copy=task == "corrective")
+                corrective = task == "corrective"
+                self.lm_head = ConditionalLMHead(config, vocab, copy=corrective, transform=not corrective)
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffCSE":
@@ -210,7 +222,8 @@ class DiffCSE(SimCSE):
         return mlm_corrupt(input_ids, special, self.mask_ratio, self.mask_id, self.vocab_size,
                            bert=self.masking == "bert")
 
-    def _replace(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _replace(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(x'', replaced: x'' != x on real tokens, selected: the positions the MLM corruption masked)."""
         corrupted, selected = self._corrupt(input_ids)
         hidden = generator_head_input(self.generator, corrupted, attention_mask)
         # the generator's choice matters only where it can enter x'': every real token after [CLS] (argmax, the
@@ -223,7 +236,7 @@ class DiffCSE(SimCSE):
         edited = input_ids.clone()
         edited[where] = self._generator_choices(hidden[where])
         edited[:, 0] = self.cls_id
-        return edited, (edited != input_ids) & (attention_mask == 1)
+        return edited, (edited != input_ids) & (attention_mask == 1), selected & (attention_mask == 1)
 
     def _insert(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         rows = [insert_masks(r, self.mask_ratio, self.mask_id) for r in unpad(input_ids, attention_mask)]
@@ -239,7 +252,7 @@ class DiffCSE(SimCSE):
 
     def _edit_as(self, kind: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if kind == "replace":
-            return (*self._replace(input_ids, attention_mask), attention_mask)
+            return (*self._replace(input_ids, attention_mask)[:2], attention_mask)
         return self._insert(input_ids, attention_mask) if kind == "insert" else self._delete(input_ids, attention_mask)
 
     def _edit_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -261,13 +274,25 @@ class DiffCSE(SimCSE):
         """(edited ids x'', labels, attention mask of x''). Labels: replace: edited != original on real tokens;
         insert: the inserted tokens; delete: the tokens whose predecessor was deleted."""
         kind = kind or self.edit_kind
-        if self.generator is not None:
-            self.generator.train(self.training and self.generator_dropout)
+        self._generator_mode()
         if kind == "all":
             edited, labels, mask = self._edit_all(input_ids, attention_mask)
         else:
             edited, labels, mask = self._edit_as(kind, input_ids, attention_mask)
         return edited.masked_fill(mask == 0, self.edited_pad_id), labels, mask
+
+    def _generator_mode(self) -> None:
+        if self.generator is not None:
+            self.generator.train(self.training and self.generator_dropout)
+
+    @torch.no_grad()
+    def replace_for_correction(self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The replaced sentence x'' (as `edit(..., "replace")`, same random draws) and M, the positions the MLM
+        corruption masked (real tokens only): COCO-LM's L_LM covers M, its L_copy every real token."""
+        self._generator_mode()
+        edited, _, selected = self._replace(input_ids, attention_mask)
+        return edited.masked_fill(attention_mask == 0, self.edited_pad_id), selected
 
     def _discriminate(self, h: torch.Tensor, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         self._h = h
@@ -309,17 +334,25 @@ class DiffCSE(SimCSE):
 
     def corrective_loss(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Conditional corrective LM on the replaced sentence x'': every real token's original is recovered through
-        COCO-LM's copy mechanism (`corrective_lm_loss`); (loss, accuracy of the vocabulary head's argmax)."""
-        edited, _, _ = self.edit(input_ids, attention_mask, "replace")
+        """Conditional corrective LM on the replaced sentence x'' (COCO-LM §3.2, `corrective_lm_loss`):
+        L_CLM = Σ_{i∈M} L_LM,i + λ_copy Σ_{i real} L_copy,i, M the masked positions (the official CLM head is
+        applied at the masked tokens only, model.py:601-603; its copy head at every non-padding token, :604, :618,
+        target ~replaced, :219-222). `rtd_reduction` sum: that sum over the batch; mean: divided by the number of
+        real tokens. Returns (loss, accuracy of the vocabulary head's argmax at M)."""
+        edited, masked = self.replace_for_correction(input_ids, attention_mask)
         real = attention_mask == 1
-        hidden = self._discriminate(h, edited, attention_mask)[real]
-        logits = self.lm_head(hidden, self.discriminator.get_input_embeddings().weight)
-        lm, copy_loss = corrective_lm_loss(logits, self.lm_head.copy(hidden).squeeze(-1), input_ids[real],
-                                           edited[real])
-        per_token = lm + COPY_WEIGHT * copy_loss
-        loss = per_token.sum() if self.rtd_reduction == "sum" else per_token.mean()
-        return loss, (logits.argmax(-1) == input_ids[real]).float().mean()
+        hidden = self._discriminate(h, edited, attention_mask)
+        copy_logits = self.lm_head.copy(hidden[real]).squeeze(-1)
+        copy_loss = F.binary_cross_entropy_with_logits(copy_logits.float(), (edited == input_ids)[real].float(),
+                                                       reduction="none")
+        # the vocabulary projection only where L_LM needs it, as the official CLMHead(x, masked_tokens)
+        logits = self.lm_head(hidden[masked], self.discriminator.get_input_embeddings().weight)
+        lm, _ = corrective_lm_loss(logits, self.lm_head.copy(hidden[masked]).squeeze(-1), input_ids[masked],
+                                   edited[masked])
+        loss = lm.sum() + COPY_WEIGHT * copy_loss.sum()
+        if self.rtd_reduction != "sum":
+            loss = loss / real.sum()
+        return loss, (logits.argmax(-1) == input_ids[masked]).float().mean()
 
     def _task_rows(self, batch: dict, h: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """(ids, attention mask, h) of the sentences the task works on: the views' own sentences and/or the next
