@@ -304,9 +304,12 @@ def unpublished(long: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
                          for label, group in long.groupby("row", sort=False) for col in columns])
 
 
-def side_by_side(table: int | str, ours: dict[str, dict], paper_row=None, paper: str = "diffcse") -> pd.DataFrame:
+def side_by_side(table: int | str, ours: dict[str, dict], paper_row=None, paper: str = "diffcse",
+                 tolerance: float | None = None, unit: str = "") -> pd.DataFrame:
     """Values that are not measured over seeds (hyper-parameters, parameter counts: one each) beside the paper's,
-    in compare's layout. ours: row -> column -> value; paper_row(row) names the paper's row (default: the same)."""
+    in compare's layout, each line marked `setting` (shown as a plain value, no "(n=1)"). ours: row -> column ->
+    value; paper_row(row) names the paper's row (default: the same); `tolerance` (0: must match exactly, shown
+    "same" / "differs") and `unit` (a suffix of both numbers in a cell, e.g. "M") travel with the lines to the report."""
     published = paper_table(table, paper)
     paper_row = paper_row or (lambda row: row)
     lines = []
@@ -314,8 +317,17 @@ def side_by_side(table: int | str, ours: dict[str, dict], paper_row=None, paper:
         for column, value in values.items():
             ref = float(published.loc[paper_row(row), column])
             ours = {"mean": float(value), "std": math.nan, "n": 1, "reason": ""}
-            lines.append(_line(row, column, ref, ours, ours["mean"] - ref))
+            lines.append({**_line(row, column, ref, ours, ours["mean"] - ref), "setting": True,
+                          **({"unit": unit} if unit else {}),
+                          **({} if tolerance is None else {"tolerance": float(tolerance)})})
     return pd.DataFrame(lines)
+
+
+def with_paper(comparison: pd.DataFrame, values: dict[tuple[str, str], float]) -> pd.DataFrame:
+    """unpublished()'s lines with the few cells a paper gives in its text (row, column) -> value, Δ beside them
+    (SCD Figure 2: only SCD's own point)."""
+    paper = [values.get((line.row, line.column), line.paper) for line in comparison.itertuples()]
+    return comparison.assign(paper=paper, diff=comparison["mean"] - paper)
 
 
 def sweep_cell(paper_row: str):
@@ -333,6 +345,15 @@ def show(comparison: pd.DataFrame, caption: str, tolerance: float | None = None)
     return Shown(comparison, caption)
 
 
+def show_values(frame: pd.DataFrame, caption: str = "", together: bool = False):
+    """Any other table a notebook shows (the paper's cited rows, per-group means, examples): numbers through
+    render.column_formatter, each column's digits from its spread (`together`: one spread for all its columns), a
+    named index as the first column. A notebook displays no raw frame."""
+    from .render import ShownValues
+
+    return ShownValues(frame, caption, together)
+
+
 def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),
                extra: dict | None = None, paper: str = "diffcse") -> None:
     """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the paper,
@@ -341,7 +362,7 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
     from .environment import describe
     from .plots import to_data_uri
 
-    table = {"name": name, "paper": paper_key(paper), "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
+    table = {"name": name, "paper": paper_key(paper) if paper else None, "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
              "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
              "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
              "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -7,6 +7,7 @@ import base64
 import io
 
 import matplotlib.pyplot as plt
+from matplotlib.text import Text
 import numpy as np
 import pandas as pd
 
@@ -121,6 +122,10 @@ def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of
                 ax.hist(b["values"], bins=30, density=True, alpha=0.45, color=colour, label=f"{name} (n={b['n']})")
         ax.set_title(model)
         ax.set_xlabel("cosine similarity")
+        # plain tick labels: a collapsed smoke model's cosines all lie near 1, where matplotlib would print
+        # offsets (1e-5 + 9.999e-1) under the axis
+        ax.ticklabel_format(axis="x", useOffset=False, style="plain")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(5))
     axes[0][0].set_ylabel("density")
     axes[0][-1].legend(title="gold score", fontsize=8)
     fig.suptitle(title)
@@ -128,19 +133,61 @@ def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of
     return fig
 
 
+#: where a label may go around its point, in points: right, left, above, below, then the diagonals, then further out
+_LABEL_SPOTS = [(dx * r, dy * r) for r in (8, 20, 34, 50)
+                for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, 1), (1, -1), (-1, -1))]
+#: points closer than this on the screen (pixels at 100 dpi) share one label, one name per line
+_COINCIDENT_PX = 6.0
+
+
 def _label_points(ax, ours: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]]) -> None:
-    """Labels of (x, y) points. They fan out in turn (up, down, further up ...) so points close together do not print
-    over each other, and a point in the right half is labelled to its left so its label stays inside the axes."""
-    labelled = [(label, xy, OURS_STYLE["color"]) for label, xy in ours.items()]
-    labelled += [(f"{label} (paper)", xy, PAPER_STYLE["color"]) for label, xy in paper.items()]
-    xs = [x for _, (x, _), _ in labelled]
-    middle = (min(xs) + max(xs)) / 2 if xs else 0.0
-    fan = [6, -10, 18, -22, 30, -34]  # 12 points apart: more than a line of 8-point text
-    for i, (label, (x, y), colour) in enumerate(labelled):
-        left = x > middle
-        ax.annotate(label, (x, y), fontsize=8, color=colour, xytext=(-6 if left else 6, fan[i % len(fan)]),
-                    textcoords="offset points", ha="right" if left else "left",
-                    arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+    """Labels of (x, y) points that never overprint each other, a point or the axes' edge. Points that fall on one
+    spot (a collapsed smoke model: several models at (0, 0)) share one label, a name per line; then each label takes
+    the first spot around its point (right, left, above, below, diagonals, further out) whose box is inside the
+    axes and clear of every label placed before and every point, with a leader line back to its point. Call it
+    after the axes' limits and layout are final (it measures in display coordinates)."""
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    fig.canvas.draw()  # the limits, the layout and a renderer to measure text with
+    renderer = fig.canvas.get_renderer() if hasattr(fig.canvas, "get_renderer") else fig._get_renderer()
+    to_pixels = ax.transData.transform
+    spots = []  # [display xy, data xy, names, colour]
+    for names, colour in ((ours, OURS_STYLE["color"]), ({f"{k} (paper)": v for k, v in paper.items()},
+                                                         PAPER_STYLE["color"])):
+        for name, xy in names.items():
+            at = to_pixels(xy)
+            same = next((s for s in spots if s[3] == colour and np.hypot(*(s[0] - at)) < _COINCIDENT_PX), None)
+            if same is None:
+                spots.append([at, xy, [name], colour])
+            else:
+                same[2].append(name)
+    pixels_per_point = fig.dpi / 72
+    frame = ax.get_window_extent(renderer)
+    marker = 6 * pixels_per_point  # a marker's half-width and a label's clearance
+    taken = [Bbox.from_extents(x - marker, y - marker, x + marker, y + marker) for (x, y), *_ in spots]
+    for at, xy, names, colour in spots:
+        text = ax.annotate("\n".join(names), xy, fontsize=8, color=colour, textcoords="offset points",
+                           xytext=(0, 0), arrowprops={"arrowstyle": "-", "color": "#bbbbbb", "lw": 0.6})
+        best = None
+        for dx, dy in _LABEL_SPOTS:
+            text.set_position((dx, dy))
+            text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+            text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center")
+            text.update_positions(renderer)
+            box = Text.get_window_extent(text, renderer)  # the words, not the leader line
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            clash = sum(box.overlaps(other) for other in taken)
+            cost = clash + (0 if inside else 100)
+            if best is None or cost < best[0]:
+                best = (cost, dx, dy, box)
+            if cost == 0:
+                break
+        _, dx, dy, box = best
+        text.set_position((dx, dy))
+        text.set_horizontalalignment("left" if dx > 0 else "right" if dx < 0 else "center")
+        text.set_verticalalignment("bottom" if dy > 0 else "top" if dy < 0 else "center")
+        taken.append(box.expanded(1.0, 1.0).padded(2 * pixels_per_point))
 
 
 def _alignment_axes(ax, title: str) -> None:
@@ -158,9 +205,9 @@ def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple
         ax.scatter(u, a, color=OURS_STYLE["color"])
     for (a, u) in paper.values():
         ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
-    _label_points(ax, {k: (u, a) for k, (a, u) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
     _alignment_axes(ax, "Alignment and uniformity, STS-B test")
     fig.tight_layout()
+    _label_points(ax, {k: (u, a) for k, (a, u) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
     return fig
 
 
@@ -183,7 +230,49 @@ def align_uniform_sts(points: dict[str, tuple[float, float, float]], paper: dict
         fig.colorbar(dots, ax=ax, label="average STS (ours)")
     for (a, u) in paper.values():
         ax.scatter(u, a, color=PAPER_STYLE["color"], marker="s")
-    _label_points(ax, {k: (u, a) for k, (a, u, _) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
     _alignment_axes(ax, title)
+    fig.tight_layout()
+    _label_points(ax, {k: (u, a) for k, (a, u, _) in points.items()}, {k: (u, a) for k, (a, u) in paper.items()})
+    return fig
+
+
+def seed_strip(long: pd.DataFrame, column: str, title: str):
+    """Every seed's score per row (one dot each, jittered sideways) with the row's mean as a bar: the spread that a
+    paper's single number hides."""
+    ok = long[long.status == "ok"]
+    rows = list(dict.fromkeys(ok.row))
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows)), 3.8))
+    rng = np.random.default_rng(0)
+    for i, row in enumerate(rows):
+        values = ok[ok.row == row][column].to_numpy(float)
+        ax.scatter(i + rng.uniform(-0.15, 0.15, len(values)), values, s=18, color="#0b6fbf", alpha=0.8, zorder=3)
+        ax.hlines(values.mean(), i - 0.3, i + 0.3, color="#c0392b", linewidth=2, zorder=4)
+    ax.set_xticks(range(len(rows)), rows, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(column)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def pareto(points: dict[str, tuple[float, float]], front: list[str], xlabel: str, ylabel: str, title: str):
+    """Score against cost, one point per method, the Pareto front (no method cheaper and better) joined and named
+    in bold; labels below their point, in the point's order along x so that none stack."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, (x, y) in points.items():
+        on_front = name in front
+        ax.scatter(x, y, s=40, color="#c0392b" if on_front else "#0b6fbf", zorder=3)
+    ordered = sorted(points, key=lambda n: points[n][0])
+    for k, name in enumerate(ordered):
+        x, y = points[name]
+        ax.annotate(name, (x, y), xytext=(0, -12 - 10 * (k % 2)), textcoords="offset points", ha="center",
+                    fontsize=8, fontweight="bold" if name in front else "normal")
+    line = sorted((points[n] for n in front), key=lambda p: p[0])
+    if len(line) > 1:
+        ax.plot(*zip(*line), color="#c0392b", linestyle="--", linewidth=1, label="Pareto front")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.margins(0.15)
     fig.tight_layout()
     return fig

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
 import pandas as pd
 
 #: |Δ| within which a cell is green, in the metric's own unit. Spearman ×100 and accuracies: one point (the
@@ -35,7 +36,7 @@ def fmt_number(x: float, decimals: int | None = None) -> str:
     rates, λ, alignment) with three significant digits, so 7e-06 and 0.005 never round to 0.00."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
-    x = float(x)
+    x = float(x) + 0.0  # -0.0 (a rounded tiny negative) prints as 0
     if decimals is not None:
         return f"{x:.{decimals}f}"
     if x == 0 or (abs(x) >= 1 and x.is_integer()):
@@ -52,12 +53,64 @@ def decimals_like(x: float) -> int | None:
     return max(2, 2 - math.floor(math.log10(abs(x))))
 
 
+def column_formatter(values):
+    """A formatter for a column of numbers that tells them apart: at least the digits fmt_number shows for their
+    size, more when they lie closer together (two significant digits of their spread, max − min), so 0.999985 and
+    0.999990 are not both 1.0. Whole numbers stay whole; values under 1e-3 are scientific."""
+    finite = [float(v) for v in values if _is_number(v) and math.isfinite(float(v))]
+    spread = max(finite) - min(finite) if finite else 0.0
+    if not finite or all(v.is_integer() for v in finite) or spread == 0:
+        return fmt_number
+    size = max(abs(v) for v in finite)
+    spread_exponent = math.floor(math.log10(float(f"{spread:.1e}")))  # 1e-5, not 9.99999e-6's -6
+    if size < 1e-3:
+        digits = min(12, max(3, math.floor(math.log10(size)) - spread_exponent + 2))
+        return lambda x: fmt_number(x) if not _is_number(x) or math.isnan(float(x)) else f"{float(x):.{digits - 1}e}"
+    decimals = min(12, max(2, 1 - math.floor(math.log10(size)), 1 - spread_exponent))  # 0.68, 0.0050, 84.56
+    return lambda x: fmt_number(x, decimals) if _is_number(x) else x
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def values_html(frame: pd.DataFrame, caption: str = "", together: bool = False) -> str:
+    """A table that is not a paper-vs-ours comparison (paper's cited rows, per-group means, examples), its numbers
+    through column_formatter: each column's digits from its own spread, or (`together`, for columns of one
+    measure) from the spread of all. An index of labels (not positions) becomes the first column: the key leads."""
+    if any(frame.index.names) or not pd.api.types.is_integer_dtype(frame.index):  # row labels, not positions
+        frame = frame.rename_axis([name or "" for name in frame.index.names]).reset_index()
+    numeric = [c for c in frame.columns if any(_is_number(v) for v in frame[c])]
+    if together:
+        shared = column_formatter([v for c in numeric for v in frame[c]])
+        formatters = dict.fromkeys(numeric, shared)
+    else:
+        formatters = {c: column_formatter(frame[c]) for c in numeric}
+    shown = frame.astype(object).copy()
+    for c, formatter in formatters.items():
+        shown[c] = [formatter(v) if _is_number(v) else ("—" if v is None else v) for v in frame[c]]
+    caption_html = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    table = shown.to_html(index=False, border=0, classes="values", escape=True)
+    return f"<div class='scroll'>{table.replace('>', '>' + caption_html, 1) if caption_html else table}</div>"
+
+
+class ShownValues:
+    """What a notebook displays for a table that is not a comparison (Jupyter renders `_repr_html_`)."""
+
+    def __init__(self, frame: pd.DataFrame, caption: str = "", together: bool = False):
+        self.frame, self.caption, self.together = frame, caption, together
+
+    def _repr_html_(self) -> str:
+        return values_html(self.frame, self.caption, self.together)
+
+
 def fmt_ours(mean: float, std: float, n: int) -> str:
     if n == 0 or math.isnan(mean):
         return "not run"
-    if n == 1:  # one value, e.g. a setting: as the paper prints its numbers (64, 0.005, 7e-06)
-        return f"{fmt_number(mean)} (n=1)"
-    if mean != 0 and abs(mean) < 1e-3:  # e.g. a collapsed smoke model's alignment: scientific, not 0.00000580
+    tiny = mean != 0 and abs(mean) < 1e-3  # e.g. a collapsed smoke model's alignment: scientific, not 0.00000580
+    if n == 1:  # one seed: its value as the paper prints its numbers (84.56, 0.005), tiny ones as the others' means
+        return f"{mean:.2e} (n=1)" if tiny else f"{fmt_number(mean)} (n=1)"
+    if tiny:
         return f"{mean:.2e} ± {std:.1e}"
     d = decimals_like(mean)
     return f"{mean:.{d}f} ± {std:.{d}f}"
@@ -68,34 +121,78 @@ def fmt_diff(diff: float, mean: float) -> str:
     return "" if math.isnan(diff) else f"{diff:+.{min(4, decimals_like(mean))}f}"
 
 
+def _flag(value) -> bool:
+    """A boolean column's value; NaN (a line of a frame concatenated with one that lacks the column) is False."""
+    return isinstance(value, (bool, np.bool_)) and bool(value)
+
+
+def is_setting(line) -> bool:
+    """A value that is not measured over seeds (a hyper-parameter, a parameter count: experiments.side_by_side
+    marks its lines `setting`), or one value held to an exact tolerance. Shown as the paper prints it: no "(n=1)"."""
+    return _flag(getattr(line, "setting", False)) or (tolerance_of(line) == 0 and line.n == 1)
+
+
+def unit_of(line) -> str:
+    """The unit a line's values carry in their cell (e.g. "M" for millions of parameters, "%"); none by default."""
+    unit = getattr(line, "unit", "")
+    return unit if isinstance(unit, str) else ""
+
+
+def paper_text(line) -> str:
+    shown = fmt_number(line.paper)
+    return shown if shown == "—" else shown + unit_of(line)
+
+
+def ours_text(line) -> str:
+    """Our side of a cell: a setting as a plain value, a measurement as mean ± std (n=1 when one seed ran)."""
+    if line.n == 0 or math.isnan(line.mean):
+        return "not run"
+    if is_setting(line):
+        return fmt_number(line.mean) + unit_of(line)
+    return fmt_ours(line.mean, line.std, line.n) + unit_of(line)
+
+
+def delta_text(line) -> str:
+    """Δ = ours − paper; for a setting held exactly, "same" or "differs"; empty without both numbers."""
+    if math.isnan(line.diff):
+        return ""
+    if is_setting(line) and tolerance_of(line) == 0:
+        return "same" if within_tolerance(line) else "differs"
+    return fmt_diff(line.diff, line.mean)
+
+
 def _cell_html(line) -> str:
     if line.n == 0 or math.isnan(line.mean):
         reason = html.escape(str(line.reason or ""))
-        return (f"<span class='paper'>{fmt_number(line.paper)}</span><br>"
+        return (f"<span class='paper'>{html.escape(paper_text(line))}</span><br>"
                 f"<span class='notrun' title='{reason}'>not run</span>")
-    if tolerance_of(line) == 0 and line.n == 1:  # a setting (a learning rate, a batch size), not a measurement
-        same = line.mean == line.paper
-        return (f"<span class='paper'>{fmt_number(line.paper)}</span><br><b>{fmt_number(line.mean)}</b><br>"
-                f"<span class='delta' style='color:{GREEN if same else RED}'>"
-                f"{'same' if same else fmt_diff(line.diff, line.mean)}</span>")
     # paper, ours and Δ on three short lines: an 8-column table fits a 1400-px window
-    cell = f"<span class='paper'>{fmt_number(line.paper)}</span><br><b>{fmt_ours(line.mean, line.std, line.n)}</b>"
-    if not math.isnan(line.diff):
+    cell = f"<span class='paper'>{html.escape(paper_text(line))}</span><br><b>{html.escape(ours_text(line))}</b>"
+    delta = delta_text(line)
+    if delta:
         colour = GREEN if within_tolerance(line) else RED
-        cell += f"<br><span class='delta' style='color:{colour}'>{fmt_diff(line.diff, line.mean)}</span>"
+        cell += f"<br><span class='delta' style='color:{colour}'>{delta}</span>"
     return cell
 
 
 def tolerance_caption(comparison: pd.DataFrame) -> str:
     tolerances = {}
     for line in comparison.itertuples():
-        tolerances.setdefault(tolerance_of(line), set()).add(line.column)
+        # the default tolerance is a score's point; a setting or count held to it is named (Table 14's counts)
+        score = tolerance_of(line) == DEFAULT_TOLERANCE and not is_setting(line)
+        tolerances.setdefault((tolerance_of(line), score), set()).add(line.column)
     rules = []
-    for tol, columns in sorted(tolerances.items()):
-        what = ", ".join(sorted(columns)) if tol != DEFAULT_TOLERANCE else "scores (Spearman ×100, accuracy %)"
+    for (tol, score), columns in sorted(tolerances.items()):
+        what = "scores (Spearman ×100, accuracy %)" if score else ", ".join(sorted(map(str, columns)))
         rules.append(f"{what}: exact" if tol == 0 else f"{what}: within {fmt_number(tol)}")
-    return ("each cell: the paper's number, below it ours (mean ± std over seeds), then Δ = ours − paper; Δ green when "
-            + "; ".join(rules))
+    settings = [is_setting(line) for line in comparison.itertuples()]
+    parts = []
+    if not all(settings):
+        parts.append("each cell: the paper's number, below it ours (mean ± std over seeds), then Δ = ours − paper")
+    if any(settings):
+        parts.append("values not measured over seeds (hyper-parameters, counts): the paper's, below it ours, then "
+                     "'same' or 'differs' when they must match exactly, else Δ")
+    return "; ".join(parts) + "; green when " + "; ".join(rules)
 
 
 def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
@@ -133,10 +230,9 @@ def not_run_notes(comparison: pd.DataFrame) -> str:
 
 def long_form_html(comparison: pd.DataFrame) -> str:
     """Every (row, column) line with its numbers, for readers who want them all (shown collapsed)."""
-    shown = comparison.assign(
-        paper=[fmt_number(x) for x in comparison["paper"]],
-        ours=[fmt_ours(m, s, n) for m, s, n in zip(comparison["mean"], comparison["std"], comparison["n"])],
-        diff=[fmt_diff(d, m) for d, m in zip(comparison["diff"], comparison["mean"])])
+    lines = list(comparison.itertuples())
+    shown = comparison.assign(paper=[paper_text(x) for x in lines], ours=[ours_text(x) for x in lines],
+                              n=["" if is_setting(x) else x.n for x in lines], diff=[delta_text(x) for x in lines])
     keep = [c for c in ("row", "column", "paper", "ours", "n", "diff", "reason") if c in shown]
     return shown[keep].to_html(index=False, border=0, classes="long-form", escape=True)
 

@@ -20,18 +20,20 @@ from pathlib import Path
 import pandas as pd
 from traitlets.config import Config
 
+from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
+from .comparison import TITLE as COMPARISON_TITLE
 from .experiments import TABLE_MIMETYPE, resolve_profile
 from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
 from .papers import PAPERS, all_notebooks, paper_key, paper_module
 from .papers import notebooks as paper_notebooks
-from .render import fmt_number, fmt_ours, long_form_html, paper_layout_html, within_tolerance
+from .render import long_form_html, ours_text, paper_layout_html, paper_text, values_html, within_tolerance
 from .results import default_results_dir, source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
-NOTEBOOKS = tuple(all_notebooks())
+NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
 def kernel_transport() -> Config:
@@ -154,12 +156,10 @@ def table_html(table: dict, uid: str) -> str:
     for note in table["notes"]:
         parts.append(f"<p class='note'>{html.escape(note)}</p>")
     for caption, records in table.get("extra", {}).get("tables", {}).items():
-        parts.append(f"<div class='scroll'>{pd.DataFrame(records).to_html(index=False, border=0)}</div>"
-                     f"<p class='meta'>{html.escape(caption)}</p>")
+        parts.append(f"{values_html(pd.DataFrame(records))}<p class='meta'>{html.escape(caption)}</p>")
     examples = table.get("extra", {}).get("examples")
     if examples:
-        parts.append(f"<div class='scroll'>{pd.DataFrame(examples).to_html(index=False, classes='examples', border=0)}"
-                     "</div>")
+        parts.append(values_html(pd.DataFrame(examples)))
     parts += [f"<img alt='{html.escape(table['title'])}' src='{src}'>" for src in table["figures"]]
     return "\n".join(parts)
 
@@ -182,10 +182,8 @@ def _headline(table: dict, paper: str, artefact: str) -> str:
     lines = [c for c in table.get("comparison", []) if row_column and (c["row"], c["column"]) == tuple(row_column)]
     if not lines or not lines[0]["n"]:
         return ""
-    line = lines[0]
-    mean, std = line["mean"], line["std"] if line["std"] is not None else math.nan
-    return (f"{line['row']}, {line['column']}: paper {fmt_number(line['paper'])} | ours "
-            f"{fmt_ours(mean, std, line['n'])}")
+    line = next(comparison_frame(lines[:1]).itertuples())
+    return f"{line.row}, {line.column}: paper {paper_text(line)} | ours {ours_text(line)}"
 
 
 def _outside_tolerance(lines: list[dict]) -> int:
@@ -218,6 +216,19 @@ def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
     return "reproduced", "reproduced", ""
 
 
+def comparison_line(table: dict | None, failed: str | None) -> dict:
+    """The head-to-head of every method (cse_kit.comparison), listed apart from the papers' artefacts: built on a
+    profile or not; it has no paper number to reproduce."""
+    line = {"paper": COMPARISON_TITLE, "key": "comparison", "artefact": "all methods", "apart": True,
+            "title": "every method, one protocol: seeds, significance, cost", "notebook": COMPARISON_NOTEBOOK,
+            "profile": "", "seeds": "", "headline": ""}
+    if failed is not None or table is None:
+        kind, status, detail = _status_of(table, failed)
+        return {**line, "kind": kind, "status": status, "detail": detail}
+    return {**line, "kind": "built", "status": f"built ({table['profile']})", "detail": "",
+            "profile": table["profile"], "seeds": str(table["seeds"])}
+
+
 def coverage(tables: dict[str, dict | None], failures: dict[str, str] | None = None,
              papers: list[str] | None = None) -> list[dict]:
     """One line per table and figure of every paper (schematic figures included, marked), with its status (`kind`
@@ -244,6 +255,8 @@ def coverage(tables: dict[str, dict | None], failures: dict[str, str] | None = N
                     line.update(profile=table["profile"], seeds=str(table["seeds"]),
                                 headline=_headline(table, key, art["id"]))
             lines.append(line)
+    if papers is None or COMPARISON_NOTEBOOK in tables:
+        lines.append(comparison_line(tables.get(COMPARISON_NOTEBOOK), failures.get(COMPARISON_NOTEBOOK)))
     return lines
 
 
@@ -251,7 +264,7 @@ def tallies(lines: list[dict]) -> dict[str, dict[str, int]]:
     """paper -> {"artefacts": data-bearing count, and a count per status kind}."""
     out: dict[str, dict[str, int]] = {}
     for line in lines:
-        if line["kind"] == "schematic":
+        if line["kind"] == "schematic" or line.get("apart"):
             continue
         counts = out.setdefault(line["paper"], {"artefacts": 0})
         counts["artefacts"] += 1
@@ -273,7 +286,7 @@ def tally_text(lines: list[dict], profile: str) -> str:
 
 
 def coverage_html(lines: list[dict], profile: str) -> str:
-    data = [line for line in lines if line["kind"] != "schematic"]
+    data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
     rows = []
     for line in lines:
         nb = f"<a href='#{line['notebook']}'>{html.escape(line['notebook'])}</a>" if line["notebook"] else ""
@@ -301,8 +314,9 @@ def coverage_text(lines: list[dict], profile: str) -> str:
         detail = " — ".join(x for x in (line["headline"], line["detail"]) if x)
         where = f" [{line['profile']}, seeds {line['seeds']}]" if line["profile"] else ""
         out.append(f"  {line['artefact']:<10} {line['status']:<24} {line['notebook']:<24}{where} {detail}".rstrip())
-    data = [line for line in lines if line["kind"] != "schematic"]
-    out.append(f"\n{len(data)} data-bearing tables and figures: {tally_text(lines, profile)}")
+    data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
+    out.append(f"\n{len(data)} data-bearing tables and figures: {tally_text(lines, profile)}"
+               + ("; apart from them: " + COMPARISON_TITLE if any(line.get("apart") for line in lines) else ""))
     return "\n".join(out).lstrip("\n")
 
 
@@ -369,6 +383,7 @@ def select(papers: list[str] | None = None, only: list[str] | None = None) -> li
     """The notebooks a build runs: those of `papers` (all when None), narrowed to `only`."""
     keys = [paper_key(p) for p in papers] if papers else list(PAPERS)
     names = [name for name, key in all_notebooks().items() if key in keys]
+    names += [COMPARISON_NOTEBOOK] if not papers else []  # after the papers: it reuses their runs
     if only:
         unknown = [n for n in only if n not in NOTEBOOKS]
         if unknown:
@@ -404,7 +419,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     for run in runs:
         nb = nbformat.read(run["path"], as_version=4)
         table = table_of(nb)
-        key = all_notebooks()[run["name"]]
+        key = all_notebooks().get(run["name"], "comparison")
         if run["status"] == "failed" or _failed(nb) or table is None:
             failures[run["name"]] = run["error"] or "the notebook produced no table"
             sections.setdefault(key, []).append(
@@ -425,6 +440,9 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
         title = paper_spec(key).get("title", "")
         heading = title if title.startswith(PAPERS[key]) else f"{PAPERS[key]}: {title}"
         paper_html.append(f"<h2 id='paper-{key}'>{html.escape(heading)}</h2><nav class='toc'>{toc}</nav>{body}")
+    if "comparison" in sections:
+        paper_html.append(f"<h2 id='paper-comparison'>{html.escape(COMPARISON_TITLE)}</h2>"
+                          + "\n".join(sections["comparison"]))
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),

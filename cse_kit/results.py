@@ -322,6 +322,12 @@ def _geometry(encoder, data_dir) -> dict:
             "nearest": {q: found for q, found in zip(queries, nearest(encoder, queries, pool))}}
 
 
+def _sts_pairs(encoder, data_dir) -> dict:
+    from .eval.sts import test_similarities
+
+    return test_similarities(encoder, data_dir)
+
+
 def _geometry_sts_filter(encoder, data_dir) -> dict:
     from .eval.geometry import sts_filter_align_uniform
 
@@ -329,7 +335,8 @@ def _geometry_sts_filter(encoder, data_dir) -> dict:
 
 
 #: name -> fn(encoder, data_dir) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
-#: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions)
+#: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions); `sts_pairs`: every STS test
+#: pair's cosine, for the paired bootstrap of cse_kit.comparison
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
                "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry,
-               "geometry_sts_filter": _geometry_sts_filter}
+               "geometry_sts_filter": _geometry_sts_filter, "sts_pairs": _sts_pairs}

@@ -52,9 +52,9 @@ long = ex.run_rows(rows, s, ("sts_dev", "sts_test"), diffaug.sts_and_dev_columns
 selected, chosen = ex.best_on_dev(long, groups, diffaug.DEV_COLUMN)
 comparison = ex.compare(selected, 1, columns, paper="diffaug")
 display(ex.show(comparison, f"DiffAug Table 1: STS test Spearman, paper vs reproduced (DiffAug recipe: {recipe})"))
-display(diffaug.chosen_alphas(chosen))
+display(ex.show_values(diffaug.chosen_alphas(chosen), "ConSERT_joint's α, chosen on mean STS-B dev"))
 cited = diffaug.literature(1, list(selected.row))
-display(cited)
+display(ex.show_values(cited, "cited rows, from other pipelines (not re-run)"))
 
 # %%
 figure = plots.bars(comparison, "Avg.", "DiffAug Table 1: average STS test")

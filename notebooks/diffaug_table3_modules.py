@@ -45,11 +45,11 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%
 long = ex.run_rows(diffaug.table3_rows(recipe), s, ("sts_dev",), diffaug.stsb_dev_column)
-shares = ex.side_by_side(3, diffaug.added_parameter_shares(), paper="diffaug")
+shares = ex.side_by_side(3, diffaug.added_parameter_shares(), paper="diffaug", unit="%")
 comparison = pd.concat([shares, ex.compare(long, 3, ["STS-B dev."], paper="diffaug")], ignore_index=True)
 display(ex.show(comparison, f"DiffAug Table 3: augmentation modules, paper vs reproduced (DiffAug recipe: {recipe})"))
 cited = diffaug.literature(3, list(long.row))
-display(cited)
+display(ex.show_values(cited, "cited rows, from other pipelines (not re-run)"))
 
 # %%
 figure = plots.bars(comparison, "STS-B dev.", "DiffAug Table 3: STS-B dev by augmentation module")

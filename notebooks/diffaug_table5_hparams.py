@@ -43,8 +43,8 @@ if s.profile != "paper":
     versions[f" ({s.profile} profile)"] = diffaug.table5_rows("paper", s.profile)
 ours = {row + suffix: values for suffix, rows in versions.items() for row, values in rows.items()}
 paper_rows = {row + suffix: row for suffix, rows in versions.items() for row in rows}
-comparison = ex.side_by_side(5, ours, paper_rows.get, paper="diffaug")
-display(ex.show(comparison, "DiffAug Table 5: the presets' hyper-parameters vs the paper's", tolerance=0.0))
+comparison = ex.side_by_side(5, ours, paper_rows.get, paper="diffaug", tolerance=0)
+display(ex.show(comparison, "DiffAug Table 5: the presets' hyper-parameters vs the paper's"))
 print("official code: the supervised script accumulates 4 batches of 128 (four separate losses, 127 in-batch "
       "negatives each); the semi script runs 2 GPUs x 128 (+ 2 x 64 NLI), gathered: 256 (+ 128)")
 

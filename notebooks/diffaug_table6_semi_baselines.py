@@ -52,7 +52,7 @@ selected, chosen = ex.best_on_dev(long, groups, diffaug.DEV_COLUMN)
 comparison = ex.compare(selected, 6, columns, paper="diffaug")
 display(ex.show(comparison, "DiffAug Table 6: semi-supervised baselines, STS test Spearman, paper vs reproduced"))
 alpha_table = diffaug.chosen_alphas(chosen)
-display(alpha_table)
+display(ex.show_values(alpha_table, "α chosen on mean STS-B dev"))
 
 # %%
 figure = plots.bars(comparison, "Avg.", "DiffAug Table 6: average STS test by baseline and strategy")

@@ -54,8 +54,8 @@ table1 = ex.compare(esimcse.table1_from_table7(long, threshold), 1, ["Avg. Simil
 gaps = esimcse.length_gaps(long, threshold)
 display(ex.show(table1, "ESimCSE Table 1: SimCSE's average similarity difference by length difference"))
 display(ex.show(table7, "ESimCSE Table 7: similarity difference by length difference, per STS test set"))
-print("Avg.(LD ≤ t) − Avg.(LD > t), the bias the paper reads off Table 7 (a smaller gap: less length bias)")
-display(gaps)
+display(ex.show_values(gaps, "Avg.(LD ≤ t) − Avg.(LD > t), the bias the paper reads off Table 7 (a smaller gap: "
+                             "less length bias)"))
 
 # %%
 figure = plots.bars(table7[table7.n > 0], "Avg.", "ESimCSE Table 7: average similarity difference")

@@ -59,8 +59,7 @@ long = esimcse.new_bias_long(esimcse.model_rows(s.profile), s, triples)
 comparison = ex.compare(long, 8, ["Sim⟨q,s1⟩", "Sim⟨q,s2⟩"], paper="esimcse")
 gains = esimcse.repetition_gains(comparison)
 display(ex.show(comparison, "ESimCSE Table 8: similarity to the query before and after repetition"))
-print("Sim⟨q,s2⟩ − Sim⟨q,s1⟩: what repeating the overlapping words adds")
-display(gains)
+display(ex.show_values(gains, "Sim⟨q,s2⟩ − Sim⟨q,s1⟩: what repeating the overlapping words adds"))
 
 # %%
 figure = plots.bars(comparison[comparison.n > 0], "Sim⟨q,s2⟩", "ESimCSE Table 8: Sim⟨q,s2⟩")

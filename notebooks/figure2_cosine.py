@@ -39,13 +39,13 @@ rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 # %%
 found = ex.records(rows, s, ("geometry",))
 bins = {label: recs[0]["metrics"]["geometry"]["gold_bins"] for label, recs in found.items()}
-means = pd.DataFrame({label: {b: round(v["mean"], 3) for b, v in groups.items()} for label, groups in bins.items()})
-means.index.name = "gold score"
-display(means)
+means = pd.DataFrame({label: {b: v["mean"] for b, v in groups.items()} for label, groups in bins.items()})
+means = means.rename_axis("gold score").reset_index()
+display(ex.show_values(means, "mean cosine similarity per gold-score group", together=True))
 
 # %%
 figure = plots.gold_bins(bins)
 
 # %%
 ex.save_table(s, "figure2_cosine", "Figure 2: cosine similarity by gold-score group", None, [figure],
-              extra={"tables": {"mean cosine similarity per gold-score group": means.reset_index().to_dict("records")}})
+              extra={"tables": {"mean cosine similarity per gold-score group": means.to_dict("records")}})

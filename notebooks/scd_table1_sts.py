@@ -46,7 +46,7 @@ columns = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.
 long = ex.run_rows(scd.table1_rows(chosen, s.profile, recipe), s, ("sts_test",), ex.sts_test_columns)
 comparison = ex.compare(long, 1, columns, paper="scd")
 display(ex.show(comparison, f"SCD Table 1: STS test Spearman, paper vs reproduced (SCD recipe: {recipe})"))
-display(scd.literature(1))
+display(ex.show_values(scd.literature(1), "the paper's rows from other papers (marked), as published"))
 
 # %%
 figure = plots.bars(comparison, "Avg.", "SCD Table 1: average STS test")

@@ -47,7 +47,7 @@ long = ex.run_rows(scd.table2_rows(chosen, s.profile, recipe), s, (ex.transfer_e
                    ex.transfer_test_columns)
 comparison = ex.compare(long, 2, columns, paper="scd")
 display(ex.show(comparison, f"SCD Table 2: transfer test accuracy, paper vs reproduced (SCD recipe: {recipe})"))
-display(scd.literature(2))
+display(ex.show_values(scd.literature(2), "the paper's rows from other papers (marked), as published"))
 
 # %%
 figure = plots.bars(comparison, "Avg.", "SCD Table 2: average transfer accuracy")

@@ -36,19 +36,20 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 
 # %%
-hparams = pd.concat([ex.side_by_side(12, diffcse.hyperparameter_rows("sts")).assign(table="12 (STS)"),
-                     ex.side_by_side(13, diffcse.hyperparameter_rows("transfer")).assign(table="13 (transfer)")])
+hparams = pd.concat([ex.side_by_side(12, diffcse.hyperparameter_rows("sts"), tolerance=0).assign(table="12 (STS)"),
+                     ex.side_by_side(13, diffcse.hyperparameter_rows("transfer"), tolerance=0)
+                     .assign(table="13 (transfer)")])
 hparams["row"] = hparams["table"] + ": " + hparams["row"]
 hparams = hparams.drop(columns="table")
-display(ex.show(hparams, "Tables 12-13: presets vs paper", tolerance=0.0))
+display(ex.show(hparams, "Tables 12-13: presets vs paper"))
 
 # %%
 counts = diffcse.parameter_table(s.profile)
 millions = {m: {b: (v / 1e6 if isinstance(v, int) else float("nan")) for b, v in per.items()} for m, per in counts.items()}
-table14 = ex.side_by_side(14, millions)
+table14 = ex.side_by_side(14, millions, tolerance=1.0, unit="M")  # M: millions of parameters, as the paper prints
 table14["reason"] = [counts[r.row][r.column] if isinstance(counts[r.row][r.column], str) else ""
                      for r in table14.itertuples()]
-display(ex.show(table14, f"Table 14: parameters (millions) on the {s.profile} profile vs paper", tolerance=1.0))
+display(ex.show(table14, f"Table 14: trainable parameters in millions (M) on the {s.profile} profile vs paper"))
 
 # %%
 ex.save_table(s, "table12_14_hparams", "Tables 12-14: hyper-parameters and parameter counts",

@@ -49,7 +49,8 @@ examples = pd.DataFrame([
     {"query": q, "rank": k + 1, **{f"{m} (paper)": paper9["rows"][m][i][k] for m in paper9["rows"]},
      **{f"{m} (ours, seed {s.seeds[0]})": f"{hits[q][k][0]} ({hits[q][k][1]:.2f})" for m, hits in found.items()}}
     for i, q in enumerate(paper9["queries"]) for k in range(3)])
-display(examples)
+display(ex.show_values(examples, "Table 9: the top-3 neighbours of the paper's queries (ours: cosine in "
+                                 "brackets)"))
 
 # %%
 ex.save_table(s, "table9_10_retrieval", "Tables 9-10: retrieval on STS-B test", comparison,

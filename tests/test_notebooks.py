@@ -49,6 +49,34 @@ def test_notebook_is_paired_stripped_and_parameterized(name):
     assert all(p["inferred_type_name"] != "None" and p["help"] for p in params.values()), params
 
 
+#: what a notebook may display: the kit's formatters (a comparison in the paper's layout, any other table)
+KIT_FORMATTERS = ("ex.show", "ex.show_values")
+#: what a cell may end with: calls that show something or return nothing
+LAST_CALLS = ("display", "print", "ex.save_table", "ex.check")
+
+
+@pytest.mark.parametrize("name", report.NOTEBOOKS)
+def test_notebook_shows_tables_through_the_kit_and_ends_no_cell_with_a_value(name):
+    """One formatter for every table (a raw frame showed SCD Figure 2's 0.000199 beside Table 11's 5.81e-06 ± 1.6e-09,
+    and record keys): every display() goes through the kit's, and no cell's last line is a bare value, which Jupyter
+    would print as it is (a frame, a machine path)."""
+    import ast
+
+    for cell in jupytext.read(NOTEBOOKS / f"{name}.py").cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "display":
+                shown = node.args[0]
+                assert isinstance(shown, ast.Call) and ast.unparse(shown.func) in KIT_FORMATTERS, \
+                    f"{name}: display({ast.unparse(shown)}) shows a raw value; use ex.show or ex.show_values"
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = tree.body[-1].value
+            assert isinstance(last, ast.Call) and ast.unparse(last.func) in LAST_CALLS, \
+                f"{name}: a cell ends with {ast.unparse(last)}, which the notebook would print raw"
+
+
 def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results_dir):
     nb = _run("table8_lambda", tmp_path, data_dir, results_dir, lam=0.005, profile="smoke")
     table = report.table_of(nb)
@@ -87,6 +115,22 @@ def test_diffaug_table6_shows_the_papers_consert_joint_beside_ours_and_the_alpha
     chosen = {r["row"]: r["α chosen on STS-B dev"] for r in table["extra"]["tables"]["α chosen on STS-B dev"]}
     assert set(chosen) == {"ConSERT_joint", "SimCSE_joint", "PromptBERT_joint"} and set(chosen.values()) <= {"0.1", "1"}
     assert any("prints Avg. 79.81; its cells average to 79.57" in note for note in table["notes"])
+
+
+def test_compare_methods_shows_seeds_significance_and_cost_on_smoke(tmp_path, data_dir, results_dir):
+    nb = _run("compare_methods", tmp_path, data_dir, results_dir, profile="smoke", methods=["SimCSE", "ConSERT"],
+              recipes=["paper recipe"], bootstrap_samples=50)
+    table = report.table_of(nb)
+    assert table["paper"] is None and table["seeds"] == [1, 2]
+    scores = {r["method"]: r for r in table["extra"]["tables"]["scores"]}
+    assert set(scores) == {"SimCSE", "ConSERT"} and scores["SimCSE"]["seeds"] == 2
+    assert scores["SimCSE"]["paper Avg. STS"] == 76.25 and -100 < scores["ConSERT"]["Avg. STS mean"] < 100
+    matrix = table["extra"]["tables"]["paper recipe: paired t-test over seeds"]
+    assert {r["row − column"] for r in matrix} == {"SimCSE", "ConSERT"}
+    assert any(note.startswith("paper recipe: SimCSE > ConSERT (DiffAug Table 1): ") for note in table["notes"])
+    cost = {r["method"]: r for r in table["extra"]["tables"]["cost"]}
+    assert cost["SimCSE"]["time ratio to SimCSE"] == 1.0 and cost["ConSERT"]["projected hours"] > 0
+    assert len(table["figures"]) == 2
 
 
 def test_diffaug_figure3_measures_every_stage1_snapshot_of_the_run(tmp_path, data_dir, results_dir):

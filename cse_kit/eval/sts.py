@@ -72,10 +72,22 @@ def evaluate_sts_task(encoder, task: str, pairs: dict[str, list[StsPair]]) -> di
     return out
 
 
+def test_pairs(task: str, data_dir=None) -> list[StsPair]:
+    """The pairs behind a task's headline number: STS12-16 test (all subsets), STS-B and SICK-R test."""
+    return load_sts(task, data_dir=data_dir) if task in STS_YEARS else load_sts(task, "test", data_dir)
+
+
+def test_similarities(encoder, data_dir=None) -> dict[str, list[float]]:
+    """Each STS task's test-pair cosines, in test_pairs' order, to 7 significant digits (a bootstrap over the pairs
+    recomputes the correlations from them; the gold scores are the data's)."""
+    return {task: [float(f"{x:.7g}") for x in pair_scores(encoder, test_pairs(task, data_dir))[0]]
+            for task in STS_YEARS + SPLIT_TASKS}
+
+
 def headline(task: str, result: dict, split: str = "test") -> float:
     """The number the papers report: `all` Spearman for STS12-16, test (or dev) Spearman for STS-B/SICK-R."""
     return result["all"]["spearman"] if task in STS_YEARS else result[split]["spearman"]
 
 
 __all__ = ["STS_YEARS", "SPLIT_TASKS", "aggregate", "correlations", "cosine_rows", "evaluate_sts_task",
-           "headline", "pair_scores", "sts_pairs"]
+           "headline", "pair_scores", "sts_pairs", "test_pairs", "test_similarities"]

@@ -1,0 +1,323 @@
+"""Every method under one protocol: a head-to-head the four papers never had. Each method is trained with the kit's
+one engine on the same backbone, corpus, sequence length, evaluation and seeds, in two settings: each paper's
+recipe (its preset as published) and one shared recipe (the same batch, learning rate, steps and model selection for
+all, so the objective is the only difference). The statistics say which differences exceed seed variance: a paired
+test over seeds (matched seeds) and a paired bootstrap over the STS test pairs within each seed."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+from .experiments import Row, check
+from .paper import paper_value
+
+NOTEBOOK = "compare_methods"
+TITLE = "All methods under one protocol"
+#: method -> (its unsupervised BERT-base preset, where its paper prints its average STS: paper, table, row)
+METHODS = {
+    "SimCSE": ("simcse-bert", ("diffcse", 1, "SimCSE-BERT-base")),
+    "ConSERT": ("consert-bert", ("diffaug", 1, "ConSERT")),
+    "PromptBERT": ("promptbert-bert", ("diffaug", 1, "PromptBERT")),
+    "DiffCSE": ("diffcse-bert-sts", ("diffcse", 1, "DiffCSE-BERT-base")),
+    "SCD": ("scd-bert", ("scd", 1, "SCD-BERT-base")),
+    "ESimCSE": ("esimcse-bert", ("esimcse", 3, "ESimCSE-BERT-base")),
+    "DiffAug": ("diffaug-semi-bert", ("diffaug", 1, "DiffAug (ours)")),
+}
+#: DiffAug also reads NLI labels (its stage 1): said beside its rows
+USES_LABELS = {"DiffAug"}
+RECIPES = ("paper recipe", "shared recipe")
+#: the shared recipe per profile: SimCSE's unsupervised recipe (batch 64, lr 3e-5, 1 epoch of Wiki1M, length 32,
+#: STS-B dev every 125 steps) for every objective; cpu and smoke keep their profile's sizes
+SHARED_RECIPE = {
+    "paper": {"batch_size": 64, "lr": 3e-5, "epochs": 1, "max_seq_length": 32, "eval_steps": 125,
+              "metric": "stsb_spearman"},
+    "cpu": {"batch_size": 32, "lr": 3e-5, "epochs": 1, "max_seq_length": 32, "eval_steps": 8,
+            "metric": "stsb_spearman"},
+    "smoke": {"batch_size": 16, "lr": 1e-4, "epochs": 1, "max_seq_length": 32, "eval_steps": 8,
+              "metric": "stsb_spearman"},
+}
+#: the transfer evaluation per profile: the papers' SentEval test on paper and cpu; none on smoke, where encoding
+#: the 100k transfer sentences for every seed of every method would take most of the smoke report
+TRANSFER = {"paper": "transfer_test", "cpu": "transfer_test", "smoke": None}
+#: seeds per profile: at least five where the numbers compare with the papers', three on cpu
+SEEDS = {"paper": [42, 43, 44, 45, 46], "cpu": [42, 43, 44], "smoke": [1, 2]}
+#: the orderings the papers claim (winner, loser, where)
+CLAIMS = [("DiffCSE", "SimCSE", "DiffCSE Table 1"), ("SCD", "SimCSE", "SCD Table 1"),
+          ("ESimCSE", "SimCSE", "ESimCSE Table 3"), ("PromptBERT", "SimCSE", "DiffAug Table 1"),
+          ("SimCSE", "ConSERT", "DiffAug Table 1"), ("DiffAug", "PromptBERT", "DiffAug Table 1"),
+          ("DiffAug", "DiffCSE", "DiffAug Table 1"), ("PromptBERT", "DiffCSE", "DiffAug Table 1")]
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+
+
+def label(method: str, recipe: str) -> str:
+    return f"{method} ({recipe})"
+
+
+def check_methods(methods: list, recipes: list) -> None:
+    check(set(methods) <= set(METHODS) and methods, f"methods are {list(METHODS)}, got {methods}")
+    check(set(recipes) <= set(RECIPES) and recipes, f"recipes are {list(RECIPES)}, got {recipes}")
+
+
+def rows(profile: str, methods=tuple(METHODS), recipes=RECIPES) -> list[Row]:
+    """One row per method and recipe: the paper recipe is the preset itself (the papers' notebooks' runs, shared
+    through the results store), the shared recipe the preset with SHARED_RECIPE."""
+    return [Row(label(m, r), METHODS[m][0], {} if r == "paper recipe" else SHARED_RECIPE[profile])
+            for r in recipes for m in methods]
+
+
+def published(method: str) -> float:
+    paper, table, row = METHODS[method][1]
+    return paper_value(table, row, "Avg.", paper)
+
+
+# --- per-record columns ---------------------------------------------------------------------------------------------
+def sts_columns(record: dict, gold: dict[str, np.ndarray]) -> dict:
+    """Each STS task's Spearman (×100) and their average, from the record's test-pair similarities (`sts_pairs`)."""
+    out = {task: spearman(np.asarray(record["metrics"]["sts_pairs"][task]), gold[task]) for task in STS_TASKS}
+    return {**out, "Avg. STS": float(np.mean(list(out.values())))}
+
+
+def spearman(sims: np.ndarray, gold: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    return 100 * float(spearmanr(sims, gold)[0])
+
+
+def cost_columns(record: dict, batch_size: int, full_steps: int) -> dict:
+    """Training seconds per step, sentences/s, peak memory (GPU on CUDA, else the process's resident memory) and
+    the projected wall time of the run's full recipe on this machine."""
+    per_step = record["timings"]["train_train_s"] / record["train"]["steps"]
+    memory = record["train"].get("peak_gpu_memory_bytes") or record["train"].get("peak_rss_bytes") or math.nan
+    return {"s/step": per_step, "sentences/s": batch_size / per_step, "peak memory (GB)": memory / 1e9,
+            "projected hours": per_step * full_steps / 3600}
+
+
+# --- significance ---------------------------------------------------------------------------------------------------
+def paired_seed_test(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
+    """(mean of a - b, two-sided p) of the paired t-test over the seeds both have. Identical values: p = 1; fewer than
+    two shared seeds: p = NaN."""
+    from scipy.stats import ttest_rel
+
+    seeds = sorted(set(a) & set(b))
+    diff = np.array([a[s] - b[s] for s in seeds])
+    if len(diff) < 2:
+        return (float(diff.mean()) if len(diff) else math.nan), math.nan
+    if np.allclose(diff, diff[0]) and diff[0] == 0:
+        return 0.0, 1.0
+    return float(diff.mean()), float(ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).pvalue)
+
+
+def resamples(gold: dict[str, np.ndarray], samples: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """task -> (samples, n) indices of the task's test pairs drawn with replacement: one draw per replicate, shared by
+    every method and seed (the bootstrap is paired)."""
+    rng = np.random.default_rng(seed)
+    return {task: rng.integers(0, len(gold[task]), (samples, len(gold[task]))) for task in STS_TASKS}
+
+
+def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Row-wise Spearman (×100) of two (replicates, n) arrays: Pearson of the average ranks, as scipy's spearmanr."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x, axis=1), rankdata(y, axis=1)
+    rx -= rx.mean(1, keepdims=True)
+    ry -= ry.mean(1, keepdims=True)
+    return 100 * (rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
+
+
+def replicate_averages(sims: dict[str, list], gold: dict[str, np.ndarray], index: dict[str, np.ndarray]) -> np.ndarray:
+    """(replicates,): the average STS of one model on every bootstrap replicate of the test pairs."""
+    return np.mean([_spearman_rows(np.asarray(sims[t])[index[t]], gold[t][index[t]]) for t in STS_TASKS], axis=0)
+
+
+def average_sts(sims: dict[str, list], gold: dict[str, np.ndarray]) -> float:
+    return float(np.mean([spearman(np.asarray(sims[t]), gold[t]) for t in STS_TASKS]))
+
+
+def _bootstrap_result(observed: float, replicates: np.ndarray) -> tuple[float, float, float, float]:
+    """(observed difference, 95% interval, two-sided p: twice the smaller share of replicates on one side of 0)."""
+    low, high = np.percentile(replicates, [2.5, 97.5])
+    tail = min((replicates <= 0).mean(), (replicates >= 0).mean())
+    return observed, float(low), float(high), float(min(1.0, 2 * tail))
+
+
+def paired_bootstrap(a: dict[int, dict], b: dict[int, dict], gold: dict[str, np.ndarray], samples: int = 1000,
+                     seed: int = 0) -> tuple[float, float, float, float]:
+    """Paired bootstrap of the average STS difference a - b over the STS test pairs (a[seed][task] = the test-pair
+    similarities): each replicate resamples every task's pairs once for both methods and all their seeds, and its
+    difference is the mean over the shared seeds. Returns (observed difference, 95% interval low, high, p)."""
+    seeds = sorted(set(a) & set(b))
+    index = resamples(gold, samples, seed)
+    replicates = np.mean([replicate_averages(a[s], gold, index) - replicate_averages(b[s], gold, index)
+                          for s in seeds], axis=0)
+    observed = float(np.mean([average_sts(a[s], gold) - average_sts(b[s], gold) for s in seeds]))
+    return _bootstrap_result(observed, replicates)
+
+
+def seed_tests(values: dict[str, dict[int, float]]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(x, y) -> paired_seed_test of x against y, for every ordered pair; values: method -> seed -> average STS."""
+    return {(x, y): paired_seed_test(values[x], values[y]) for x, y in itertools.permutations(values, 2)}
+
+
+def bootstrap_tests(similarities: dict[str, dict[int, dict]], gold: dict[str, np.ndarray], samples: int = 1000,
+                    seed: int = 0) -> dict[tuple[str, str], tuple[float, float]]:
+    """(x, y) -> (difference, p) of the paired bootstrap for every ordered pair; each model's replicates are computed
+    once (on shared draws) and paired by seed."""
+    index = resamples(gold, samples, seed)
+    reps = {m: {s: replicate_averages(sims, gold, index) for s, sims in by_seed.items()}
+            for m, by_seed in similarities.items()}
+    observed = {m: {s: average_sts(sims, gold) for s, sims in by_seed.items()} for m, by_seed in similarities.items()}
+    out = {}
+    for x, y in itertools.permutations(similarities, 2):
+        seeds = sorted(set(reps[x]) & set(reps[y]))
+        replicates = np.mean([reps[x][s] - reps[y][s] for s in seeds], axis=0)
+        diff, _, _, p = _bootstrap_result(float(np.mean([observed[x][s] - observed[y][s] for s in seeds])), replicates)
+        out[(x, y)] = (diff, p)
+    return out
+
+
+def significance_matrix(tests: dict[tuple[str, str], tuple[float, float]], level: float = 0.05) -> pd.DataFrame:
+    """Method x method: the row's mean difference to the column, starred where its test's p < level."""
+    names = list(dict.fromkeys(x for x, _ in tests))
+    out = pd.DataFrame("", index=pd.Index(names, name="row − column"), columns=names)
+    for (x, y), (diff, p) in tests.items():
+        out.loc[x, y] = "n/a" if math.isnan(diff) else f"{diff:+.2f}{'*' if p < level else ''}"
+    return out
+
+
+def claims_in_words(tests: dict[tuple[str, str], tuple[float, float]], level: float = 0.05) -> list[str]:
+    """For each ordering a paper claims between two methods present: holds (beyond seed variance by the paired
+    t-test), same direction but within seed variance, or reversed."""
+    lines = []
+    for winner, loser, source in CLAIMS:
+        if (winner, loser) not in tests:
+            continue
+        diff, p = tests[(winner, loser)]
+        if math.isnan(diff):
+            verdict = "not measurable (no seeds in common)"
+        elif diff > 0 and p < level:
+            verdict = f"holds: +{diff:.2f}, beyond seed variance (paired t-test p = {p:.3f})"
+        elif diff > 0:
+            verdict = f"same direction, +{diff:.2f}, within seed variance (p = {p:.2f})"
+        else:
+            verdict = f"reversed: {diff:+.2f}" + (f" (p = {p:.3f})" if not math.isnan(p) else "")
+        lines.append(f"{winner} > {loser} ({source}): {verdict}")
+    return lines
+
+
+def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
+    """Methods no other beats on both axes: (cost, score) with lower cost and higher score better."""
+    return [m for m, (cost, score) in points.items()
+            if not any(c <= cost and s >= score and (c, s) != (cost, score) for c, s in points.values())]
+
+
+# --- the notebook's tables --------------------------------------------------------------------------------------------
+#: the corpus every recipe's full run is projected over (Wiki1M)
+CORPUS_SENTENCES = 1_000_000
+
+
+def gold(data_dir=None) -> dict[str, np.ndarray]:
+    """Each STS task's test gold scores, in the order of the records' `sts_pairs`."""
+    from .eval.sts import test_pairs
+
+    return {task: np.array([p.score for p in test_pairs(task, data_dir)]) for task in STS_TASKS}
+
+
+def evaluations(profile: str) -> tuple[str, ...]:
+    """What every run is evaluated with: every STS test pair's cosine, and the profile's transfer test."""
+    return ("sts_pairs",) + ((TRANSFER[profile],) if TRANSFER[profile] else ())
+
+
+def columns(gold_scores: dict[str, np.ndarray], profile: str):
+    """record -> the head-to-head's columns: STS tasks and average (from the test pairs), the transfer average (NaN
+    where the profile has none), and the cost of the run (cost_columns, its full recipe projected over Wiki1M's 1M
+    sentences at its batch size)."""
+    transfer = TRANSFER[profile]
+
+    def of(record: dict) -> dict:
+        cfg = record["config"]
+        full_steps = cfg["epochs"] * (CORPUS_SENTENCES // cfg["batch_size"]) + cfg.get("stage1_steps", 0)
+        return {**sts_columns(record, gold_scores),
+                "Avg. transfer": record["metrics"][transfer]["avg"] if transfer else math.nan,
+                **cost_columns(record, cfg["batch_size"], full_steps)}
+    return of
+
+
+def method_and_recipe(row_label: str) -> tuple[str, str]:
+    method, _, recipe = row_label.partition(" (")
+    return method, recipe.rstrip(")")
+
+
+def summary(long: pd.DataFrame, measures=("Avg. STS", "Avg. transfer")) -> pd.DataFrame:
+    """Per method and recipe: mean ± std, the 95% interval (t over the seeds) and n of each measure, and the paper's
+    own average STS beside the paper recipe."""
+    from scipy.stats import t as student
+
+    lines = []
+    for row, group in long[long.status == "ok"].groupby("row", sort=False):
+        method, recipe = method_and_recipe(row)
+        line = {"method": method + (" (uses NLI labels)" if method in USES_LABELS else ""), "recipe": recipe,
+                "paper Avg. STS": published(method) if recipe == "paper recipe" else math.nan}
+        for measure in measures:
+            values = group[measure].dropna().to_numpy(float)
+            n = len(values)
+            std = values.std(ddof=1) if n > 1 else math.nan
+            half = student.ppf(0.975, n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+            line.update({f"{measure} mean": values.mean() if n else math.nan, f"{measure} std": std,
+                         f"{measure} 95% interval": f"[{values.mean() - half:.2f}, {values.mean() + half:.2f}]"
+                         if n > 1 else "n/a"})
+        line["seeds"] = int(group[measures[0]].notna().sum())
+        lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def by_seed(long: pd.DataFrame, recipe: str, column: str = "Avg. STS") -> dict[str, dict[int, float]]:
+    """method -> seed -> `column` for one recipe's finished runs."""
+    out: dict[str, dict[int, float]] = {}
+    for _, line in long[long.status == "ok"].iterrows():
+        method, line_recipe = method_and_recipe(line["row"])
+        if line_recipe == recipe:
+            out.setdefault(method, {})[int(line["seed"])] = float(line[column])
+    return out
+
+
+def cost_table(long: pd.DataFrame) -> pd.DataFrame:
+    """Per method and recipe: median s/step, sentences/s, peak memory and projected hours over the seeds, and the
+    ratios of time and memory to SimCSE under the same recipe."""
+    ok = long[long.status == "ok"].copy()
+    ok["method"], ok["recipe"] = zip(*ok.row.map(method_and_recipe))
+    table = ok.groupby(["recipe", "method"], sort=False)[["s/step", "sentences/s", "peak memory (GB)",
+                                                          "projected hours"]].median().reset_index()
+    for column, ratio in (("s/step", "time ratio to SimCSE"), ("peak memory (GB)", "memory ratio to SimCSE")):
+        simcse = table[table.method == "SimCSE"].set_index("recipe")[column]
+        table[ratio] = [value / simcse.get(recipe, math.nan) for value, recipe in zip(table[column], table.recipe)]
+    return table
+
+
+def similarities(found: dict[str, list[dict]], recipe: str) -> dict[str, dict[int, dict]]:
+    """method -> seed -> task -> test-pair cosines, for one recipe's records (experiments.records' label -> records)."""
+    out: dict[str, dict[int, dict]] = {}
+    for row, records in found.items():
+        method, row_recipe = method_and_recipe(row)
+        if row_recipe == recipe:
+            out[method] = {record["seed"]: record["metrics"]["sts_pairs"] for record in records}
+    return out
+
+
+def cost_points(scores: pd.DataFrame, costs: pd.DataFrame, recipe: str) -> dict[str, tuple[float, float]]:
+    """method -> (projected hours, mean average STS) under one recipe, for the Pareto plot."""
+    hours = costs[costs.recipe == recipe].set_index("method")["projected hours"]
+    mean = {method_and_recipe(m)[0]: v for m, v in
+            zip(scores[scores.recipe == recipe].method, scores[scores.recipe == recipe]["Avg. STS mean"])}
+    return {m: (float(hours[m]), float(mean[m])) for m in hours.index if m in mean}
+
+
+def profile_note(profile: str) -> str:
+    """What the recipes and the transfer column are on this profile."""
+    if profile == "smoke":
+        return ("smoke: the profile's sizes (batch 16, lr 1e-4, 8 steps) override both recipes, so most methods' two "
+                "recipes are the same runs; no transfer evaluation")
+    return f"{profile}: the shared recipe is {SHARED_RECIPE[profile]}; transfer: SentEval's {TRANSFER[profile]}"
