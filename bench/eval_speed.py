@@ -6,12 +6,21 @@
                                        # encoding throughput (sentences/s) of every distinct sentence of
                                        # `--tasks all`: fixed batches of 128 vs the token budget, same numbers?
                                        # (--shape bert-base: BertConfig() with random weights, no download)
+  python bench/eval_speed.py full [--shape minilm|bert-base|roberta-base] [--device cuda|cpu] [--tasks all]
+                                  [--mode test] [--pooler avg] [--tf32]
+                                       # `cse-kit eval --tasks all --mode test` timed in parts: encoding (every
+                                       # distinct sentence once), STS scoring, each transfer task's classifiers;
+                                       # --tf32 (CUDA): evaluates with TF32 matmuls off, then on, and prints every
+                                       # number (STS and transfer, 4 decimals) that moves, and both times
   python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test] [--tasks MR,CR]
                                        [--cache emb.pkl] [--no-original]
                                        # classifier time vs the original SentEval on the same embeddings
                                        # (--cache keeps the sentence embeddings between invocations)
 
-Prints medians over --repeats runs (alternating the two sides, so machine noise hits both alike).
+Prints medians over --repeats runs (alternating the two sides, so machine noise hits both alike); `full` runs once.
+The shapes: minilm is the real all-MiniLM-L6-v2; bert-base and roberta-base are built from their configs with random
+weights (bench/paper_speed.py), both reading bert-base-uncased's tokenization (no RoBERTa tokenizer offline: its ids
+are all valid RoBERTa ids, and the lengths are what the encoding costs).
 """
 
 import argparse
@@ -80,7 +89,7 @@ def bench_transfer(tokenizer, model, args):
     cache = Path(args.cache) if args.cache else None
     if cache and cache.is_file():
         enc._cache.update(pickle.loads(cache.read_bytes()))
-    tasks = {t: load_task(t, data_dir) for t in args.tasks.split(",")}
+    tasks = {t: load_task(t, data_dir) for t in (args.tasks or ",".join(TRANSFER_TASKS)).split(",")}
     t = time.perf_counter()
     enc.encode([s for d in tasks.values() for s in d.sentences()])
     print(f"encoding the transfer sentences not in the cache: {time.perf_counter() - t:.1f} s")
@@ -115,14 +124,21 @@ def bench_transfer(tokenizer, model, args):
               f"speed-up {tot_ref / tot_ours:.1f}x")
 
 
-def bench_encode(tokenizer, model, args):
-    from transformers import BertConfig, BertModel
+def shape_model(model, args):
+    """all-MiniLM-L6-v2 (given), or the bert-base / roberta-base shape with random weights."""
+    if args.shape == "minilm":
+        return model
+    sys.path.insert(0, str(Path(__file__).parent))
+    from paper_speed import shape_encoder
 
+    torch.manual_seed(0)
+    return shape_encoder(args.shape).eval()
+
+
+def bench_encode(tokenizer, model, args):
     from cse_kit.eval.runner import evaluation_inputs
 
-    if args.shape == "bert-base":
-        torch.manual_seed(0)
-        model = BertModel(BertConfig(), add_pooling_layer=False).eval()
+    model = shape_model(model, args)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sentences = list(dict.fromkeys(evaluation_inputs("all", "test", args.data_dir)[2]))[:args.limit]
     print(f"{len(sentences)} distinct sentences, {args.shape}, {device}, fp32, {args.repeats} runs (median)")
@@ -142,25 +158,96 @@ def bench_encode(tokenizer, model, args):
     print(f"  largest embedding difference between the two: {np.abs(a - b).max():.2e}")
 
 
+def _numbers(result: dict, prefix: str = "") -> dict:
+    """Every number of a result's sts and transfer parts, by path (timings and counts left out)."""
+    out = {}
+    for k, v in result.items():
+        if k in ("seconds", "n", "ndev", "ntest"):
+            continue
+        if isinstance(v, dict):
+            out.update(_numbers(v, f"{prefix}{k}."))
+        elif isinstance(v, float):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def run_full(tokenizer, model, args) -> dict:
+    """One `cse-kit eval` of the model (a fresh encoder: nothing cached)."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    enc = Encoder(model, tokenizer, args.pooler, device=device, progress=False)
+    start = time.perf_counter()
+    result = evaluate(enc, args.tasks or "all", args.mode, args.data_dir, model_name=args.shape)
+    result["timings"]["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def print_full(result: dict, args, label: str = "") -> None:
+    t = result["timings"]
+    classifiers = {k: v["seconds"]["classifier"] for k, v in result["transfer"].items() if k != "avg"}
+    total = t["wall_s"]
+    rest = total - t["encode_s"] - t["sts_s"] - sum(classifiers.values())
+    env = result["environment"]
+    device = env.get("gpu") or f"{env['device']}, {env['torch_threads']} threads"
+    print(f"cse-kit eval --tasks {args.tasks or 'all'} --mode {args.mode}, {args.shape} shape"
+          f"{' (random weights)' if args.shape != 'minilm' else ''}, pooler {args.pooler}, {device}, fp32{label}")
+    print(f"  encoding             {t['encode_s']:8.1f} s  {100 * t['encode_s'] / total:5.1f}%  "
+          f"({t['distinct_sentences']} distinct sentences, {t['distinct_sentences'] / t['encode_s']:.0f} sentences/s)")
+    print(f"  STS scoring          {t['sts_s']:8.1f} s  {100 * t['sts_s'] / total:5.1f}%")
+    print(f"  transfer classifiers {sum(classifiers.values()):8.1f} s  {100 * sum(classifiers.values()) / total:5.1f}%"
+          + (f"  ({', '.join(f'{k} {v:.1f}' for k, v in classifiers.items())})" if classifiers else ""))
+    print(f"  the rest             {rest:8.1f} s  {100 * rest / total:5.1f}%  (loading the data, feature look-ups)")
+    print(f"  total                {total:8.1f} s")
+
+
+def bench_full(tokenizer, model, args):
+    model = shape_model(model, args)
+    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    if not args.tf32:
+        return print_full(run_full(tokenizer, model, args), args)
+    if not cuda:
+        print("--tf32: TF32 is a CUDA (Ampere and later) matmul mode; nothing to measure on CPU")
+        return print_full(run_full(tokenizer, model, args), args)
+    previous = torch.get_float32_matmul_precision()
+    runs = {}
+    for precision in ("highest", "high"):  # TF32 off (torch's default), then on
+        torch.set_float32_matmul_precision(precision)
+        try:
+            runs[precision] = run_full(tokenizer, model, args)
+        finally:
+            torch.set_float32_matmul_precision(previous)
+        print_full(runs[precision], args, ", TF32 " + ("on" if precision == "high" else "off"))
+    off, on = (_numbers({"sts": r["sts"], "transfer": r["transfer"]}) for r in runs.values())
+    moved = {k: (off[k], on.get(k)) for k in off if on.get(k) is None or round(off[k], 4) != round(on[k], 4)}
+    print(f"TF32 moved {len(moved)} of {len(off)} numbers at 4 decimals"
+          + "".join(f"\n  {k}: {a:.4f} -> {b:.4f}" for k, (a, b) in moved.items()))
+    print(f"wall time: {runs['highest']['timings']['wall_s']:.1f} s off, {runs['high']['timings']['wall_s']:.1f} s on")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["sts", "dev", "transfer", "encode"])
-    p.add_argument("--shape", default="minilm", choices=["minilm", "bert-base"])
+    p.add_argument("what", choices=["sts", "dev", "transfer", "encode", "full"])
+    p.add_argument("--shape", default="minilm", choices=["minilm", "bert-base", "roberta-base"],
+                   help="encode and full: the real all-MiniLM-L6-v2, or a paper shape with random weights")
     p.add_argument("--device")
+    p.add_argument("--mode", default="test", help="full: the evaluation mode (test, fasttest, dev)")
+    p.add_argument("--pooler", default="avg", help="full: the pooler")
+    p.add_argument("--tf32", action="store_true", help="full, CUDA: evaluate with TF32 matmuls off and on, compare")
     p.add_argument("--limit", type=int, default=None, help="encode only the first N distinct sentences")
     p.add_argument("--max-tokens", type=int, default=16384)
     p.add_argument("--data-dir")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--senteval", help="path of a SentEval checkout (its folder holding senteval/)")
     p.add_argument("--modes", default="fasttest,test")
-    p.add_argument("--tasks", default=",".join(TRANSFER_TASKS), help="transfer tasks to time")
+    p.add_argument("--tasks", help="transfer: the tasks to time (default: the seven); full: what cse-kit eval "
+                                   "--tasks takes (default: all)")
     p.add_argument("--cache", help="pickle of sentence embeddings, read if present and written after encoding")
     p.add_argument("--no-original", action="store_true", help="time only our classifiers")
     args = p.parse_args()
     tokenizer, model = load_model("all-MiniLM-L6-v2")
     model.eval()
-    {"sts": bench_sts, "dev": bench_dev, "transfer": bench_transfer, "encode": bench_encode}[args.what](
-        tokenizer, model, args)
+    benches = {"sts": bench_sts, "dev": bench_dev, "transfer": bench_transfer, "encode": bench_encode,
+               "full": bench_full}
+    benches[args.what](tokenizer, model, args)
 
 
 if __name__ == "__main__":

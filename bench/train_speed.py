@@ -3,6 +3,8 @@
   python bench/train_speed.py [--steps 8] [--batch-size 64]
                               [--methods simcse,diffcse,scd,esimcse,promptbert,consert,diffaug,st] [--eval]
                               [--glibc-default]
+  python bench/train_speed.py --shape bert-base|roberta-base [--device cuda|cpu] ...   (issue 26: every method at
+                              the papers' shape, built from configs; see bench/paper_speed.py)
 
 SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
 3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
@@ -19,7 +21,9 @@ position, the denoising rows and the attention to the 2l prefix keys; peak memor
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -203,15 +207,24 @@ def sentence_transformers_step(batch_size, lr):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8, help="timed steps per method (after 2 warm-up steps)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--methods", default="simcse,diffcse,scd,esimcse,promptbert,consert,st",
-                   help="comma-separated subset of simcse, diffcse, scd, esimcse, promptbert, consert, st (SimCSE is "
-                        "always timed), or diffaug alone; diffcse needs the fitted MLM head (cse-kit fit-mlm-head)")
+    p.add_argument("--batch-size", type=int, help="default 64 (--shape: the preset's batch, and its NLI batch)")
+    p.add_argument("--methods", help="comma-separated subset of simcse, diffcse, scd, esimcse, promptbert, consert, "
+                                     "st (the default; SimCSE is always timed), or diffaug alone; diffcse needs the "
+                                     "fitted MLM head (cse-kit fit-mlm-head). --shape: of simcse, diffcse, scd, "
+                                     "esimcse, diffaug, promptbert, consert (default: all)")
     p.add_argument("--eval", action="store_true", help="also time one dev evaluation (STS-B dev)")
     p.add_argument("--data-dir")
     p.add_argument("--glibc-default", action="store_true",
                    help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import paper_speed
+
+    paper_speed.add_arguments(p)
     args = p.parse_args()
+    if args.shape:
+        return paper_speed.main(args)
+    args.batch_size = args.batch_size or 64
+    args.methods = args.methods or "simcse,diffcse,scd,esimcse,promptbert,consert,st"
     if "diffaug" in args.methods.split(","):
         return diffaug_main(args)
     if not args.glibc_default:

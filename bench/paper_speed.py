@@ -1,0 +1,546 @@
+"""Training speed at the papers' shape (issue 26): `python bench/train_speed.py --shape bert-base|roberta-base`.
+
+  python bench/train_speed.py --shape bert-base [--device cuda|cpu] [--methods simcse,diffcse,...] [--steps 8]
+                              [--warmup 2] [--batch-size N] [--peak-tflops T] [--dev-pairs N] [--compile] [--tf32]
+                              [--mixed-precision no|bf16|fp16] [--output result.json]
+
+What is built, all from configs (no download, random weights):
+- the encoder: BERT-base (`transformers.BertConfig()`) or RoBERTa-base (`RobertaConfig` with roberta-base's sizes),
+  without the NSP pooler, dropout as the preset sets it; DiffCSE's generator: DistilBERT's shape (DistilRoBERTa's for
+  RoBERTa: 6 layers of roberta-base's width) with a masked-LM head;
+- each method through the kit's own `build_config(preset, "paper", overrides)` and `build_objective`, so the paper
+  presets' batch sizes, templates, projectors and settings apply (`--batch-size` overrides the batch);
+- the tokenizer: the offline all-MiniLM-L6-v2's, i.e. bert-base-uncased's vocabulary. No RoBERTa tokenizer is
+  available offline: the RoBERTa shape reads the same bert-base-uncased tokenization for its lengths, with every
+  sentence token replaced by a random id of RoBERTa's vocabulary (>= 1000, so no id is a special token), and the
+  special and template tokens left as bert-base-uncased's ids (all < 30522; RoBERTa's position ids still count
+  from padding_idx 1, while the batches pad with id 0: the attention mask, not the pad id, decides what is attended);
+- the corpus: the local Wiki1M sample (11,913 lines) repeated to Wiki1M's 1,000,000 lines in memory; a batch's
+  sentences are tokenized when the batch is read, so the data time is tokenization + batching + the copy to the
+  device (the loop tokenizes the whole corpus once, up front: the same work, spread over the steps here). DiffAug's
+  stage 1 reads the local SNLI dev + test triplets (the SNLI-triplets stand-in for NLI) the same way.
+
+Timed per step (torch.cuda.synchronize around each part on CUDA): data, forward + backward, optimizer (gradient
+clipping, AdamW step, zeroing; fused AdamW on CUDA, as the loop); medians of `--steps` steps after `--warmup` steps.
+Then one dev evaluation (DevEvaluator on STS-B dev, + SICK-R dev where the preset selects on it; `--dev-pairs N`
+times the first N pairs of each and scales the time linearly to the whole set) and one checkpoint (the
+model's safetensors, the optimizer's and RNG states, as Accelerate's save_state writes them) into a temporary
+folder. The methods are timed one after the other (one objective in memory at a time).
+
+FLOPs per step: 6 x non-embedding parameters x positions (padded) for every transformer pass with gradients, and 2 x
+for a pass without (DiffCSE's generator, ESimCSE's momentum encoder), counted by forward hooks on the transformer
+models; vocabulary projections, attention scores, projectors and DiffAug's prefix attention are left out (and a
+frozen encoder that passes gradients back, DiffAug's stage 1, is counted as trained). The fraction of peak divides
+the achieved FLOP/s by the device's dense tensor peak for the precision run (PEAK_TFLOPS; `--peak-tflops` for others;
+none on CPU unless given).
+
+Projected wall time of a preset's full run: its steps (epochs x 1,000,000 / batch, + DiffAug's stage-1 steps at their
+own step time) x the step time, + its dev evaluations (every eval_steps steps and at the end) x the dev time, + a
+checkpoint every checkpoint_minutes of that time (or every save_steps) x the checkpoint time.
+
+`--compile` times every method again with its encoder compiled (`objective.encoder.compile()`, as `--set
+compile=true` does) and prints the payoff: the compile time (the first compiled steps over an eager step), the
+compiled step time, the steps after which it has paid for itself and the time it saves on the full run. `--tf32`
+(CUDA only) times every method again with TF32 matmuls allowed and prints the speed-up; whether TF32 moves an
+evaluation number is `python bench/eval_speed.py full --tf32`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import torch
+
+#: method -> (row name, preset) per shape: one preset per method, the paper's main unsupervised recipe
+PRESETS = {
+    "bert-base": {"simcse": "simcse-bert", "diffcse": "diffcse-bert-sts", "scd": "scd-bert", "esimcse": "esimcse-bert",
+                  "diffaug": "diffaug-semi-bert", "promptbert": "promptbert-bert", "consert": "consert-bert"},
+    "roberta-base": {"simcse": "simcse-roberta", "diffcse": "diffcse-roberta-sts", "scd": "scd-roberta",
+                     "esimcse": "esimcse-roberta", "diffaug": "diffaug-semi-roberta",
+                     "promptbert": "promptroberta-roberta", "consert": "consert-roberta"},
+}
+NAMES = {"simcse": "SimCSE", "diffcse": "DiffCSE", "scd": "SCD", "esimcse": "ESimCSE", "diffaug": "DiffAug",
+         "promptbert": "PromptBERT", "consert": "ConSERT"}
+#: lines of each training corpus of the presets timed here (Wiki1M: wiki1m_for_simcse.txt)
+CORPUS_LINES = {"Wiki1M": 1_000_000}
+#: roberta-base's sizes beside RobertaConfig's defaults (which are BERT-base's)
+ROBERTA_BASE = {"vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1,
+                "bos_token_id": 0, "eos_token_id": 2, "layer_norm_eps": 1e-5}
+#: the first id a random RoBERTa token takes: bert-base-uncased's special tokens are all below it
+RANDOM_ID_START = 1000
+
+#: dense (no structured sparsity) peak TFLOP/s per precision, from NVIDIA's datasheets: bf16/fp16 tensor cores, TF32
+#: tensor cores, plain fp32. None: the card has no such unit (Volta, Turing: no bf16, no TF32).
+PEAK_TFLOPS = {
+    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H100 PCIe": {"bf16": 756.5, "fp16": 756.5, "tf32": 378.0, "fp32": 51.2},
+    "H100 NVL": {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0},
+    "H200": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H200 NVL": {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0},
+    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "L4": {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
+    "A10": {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2},
+    "RTX 8000": {"bf16": None, "fp16": 130.5, "tf32": None, "fp32": 16.3},
+    "V100 SXM2": {"bf16": None, "fp16": 125.0, "tf32": None, "fp32": 15.7},
+    "V100 PCIe": {"bf16": None, "fp16": 112.0, "tf32": None, "fp32": 14.0},
+}
+#: torch.cuda.get_device_name() patterns -> PEAK_TFLOPS key, the first match wins
+GPU_NAMES = [(r"H100.*NVL", "H100 NVL"), (r"H100.*PCIe", "H100 PCIe"), (r"H100", "H100 SXM"),
+             (r"H200.*NVL", "H200 NVL"), (r"H200", "H200"), (r"A100", "A100"), (r"\bL4\b", "L4"),
+             (r"\bA10\b", "A10"), (r"RTX 8000", "RTX 8000"), (r"V100.*PCI", "V100 PCIe"), (r"V100", "V100 SXM2")]
+PARTS = ("data", "forward+backward", "optimizer")
+
+
+# --- models and data --------------------------------------------------------------------------------------------
+
+def shape_tokenizer():
+    """bert-base-uncased's tokenizer, as the offline all-MiniLM-L6-v2 ships it."""
+    from transformers import AutoTokenizer
+
+    from cse_kit.models import resolve_reference
+
+    return AutoTokenizer.from_pretrained(resolve_reference("all-MiniLM-L6-v2"))
+
+
+def shape_encoder(shape: str, dropout: float | None = None, mlm: bool = False, layers: int | None = None):
+    """BERT-base or RoBERTa-base (random weights) without the NSP pooler, or its masked LM; `layers` makes the
+    6-layer DistilBERT / DistilRoBERTa generator."""
+    import transformers
+
+    kwargs = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    if shape == "bert-base":
+        if layers:  # DistilBERT-base: 6 layers of BERT-base's width, its own architecture
+            return transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(n_layers=layers))
+        config = transformers.BertConfig(**kwargs)
+        return transformers.BertForMaskedLM(config) if mlm else transformers.BertModel(config, add_pooling_layer=False)
+    config = transformers.RobertaConfig(**ROBERTA_BASE, **kwargs, **({"num_hidden_layers": layers} if layers else {}))
+    return transformers.RobertaForMaskedLM(config) if mlm else transformers.RobertaModel(config,
+                                                                                         add_pooling_layer=False)
+
+
+class RepeatedCorpus:
+    """`lines` examples cycling through `examples`, each batch tokenized when it is read (`dataset[index]`, what
+    cse_kit.train.data.Batches reads): the columns ids0, ids1, ... of a tokenized corpus or NLI set."""
+
+    def __init__(self, examples: list[tuple[str, ...]], lines: int, encode):
+        self.examples, self.lines, self.encode = examples, lines, encode
+        self.column_names = [f"ids{k}" for k in range(len(examples[0]))]
+
+    def __len__(self) -> int:
+        return self.lines
+
+    def __getitem__(self, index: list[int]) -> dict:
+        rows = [self.examples[i % len(self.examples)] for i in index]
+        return {c: self.encode([r[k] for r in rows]) for k, c in enumerate(self.column_names)}
+
+
+def sentence_encoder(tokenizer, max_length: int, template=None, random_vocab: int | None = None, seed: int = 0):
+    """texts -> token id lists as cse_kit.train.data.tokenize makes them (truncated to max_length with [CLS] and
+    [SEP], or the sentence's first max_length sub-words inside the template); with `random_vocab` every sentence
+    token becomes a random id in [RANDOM_ID_START, random_vocab)."""
+    rng = np.random.default_rng(seed)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        if template is not None:
+            ids = [x[:max_length] for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        else:
+            ids = [x[1:-1] for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+        if random_vocab:
+            ids = [rng.integers(RANDOM_ID_START, random_vocab, len(x)).tolist() for x in ids]
+        return [template.wrap_ids(x) if template is not None else [cls, *x, sep] for x in ids]
+
+    return encode
+
+
+def build_method(key: str, args, tokenizer):
+    """(config, objective) of the method's preset on the paper profile, around a config-built encoder."""
+    from cse_kit.train import build_config, build_objective
+
+    preset = PRESETS[args.shape][key]
+    batch = {"batch_size": args.batch_size, "nli_batch_size": args.batch_size} if args.batch_size else {}
+    overrides = {"data_dir": args.data_dir, **batch,
+                 **({"mixed_precision": args.mixed_precision} if args.mixed_precision else {})}
+    cfg = build_config(preset, "paper", overrides)
+    torch.manual_seed(0)
+    encoder = shape_encoder(args.shape, cfg.dropout)
+
+    def generator(ref, data_dir=None):  # DiffCSE's (and ESimCSE's masked-prediction) generator, from its config
+        return shape_encoder(args.shape, mlm=True, layers=6)
+
+    with mock.patch("cse_kit.mlm_head.load_generator", generator):
+        return cfg, build_objective(cfg, tokenizer, encoder)
+
+
+def method_batches(cfg, tokenizer, args, nli: bool = False):
+    """cse_kit.train.data.Batches over the repeated Wiki1M sample (or, nli, the SNLI triplets, 275,601 rows as NLI),
+    in the method's template if it has one."""
+    from cse_kit.data.registry import SNLI_TRIPLETS
+    from cse_kit.prompt import Template
+    from cse_kit.train.data import Batches, load_examples
+
+    template = Template(tokenizer, cfg.template) if cfg.template else None
+    vocab = ROBERTA_BASE["vocab_size"] if args.shape == "roberta-base" else None
+    encode = sentence_encoder(tokenizer, cfg.max_seq_length, template, vocab)
+    examples = load_examples(SNLI_TRIPLETS if nli else "Wiki1M-sample", args.data_dir)
+    lines = 275_601 if nli else CORPUS_LINES[cfg.data]
+    return Batches(RepeatedCorpus(examples, lines, encode), cfg.nli_batch_size if nli else cfg.batch_size, cfg.seed,
+                   tokenizer.pad_token_id)
+
+
+# --- measuring ----------------------------------------------------------------------------------------------------
+
+def nonembedding_params(model) -> int:
+    """Weights outside the input embedding and the vocabulary projection (often the same tied matrix)."""
+    vocab = [model.get_input_embeddings().weight]
+    if model.get_output_embeddings() is not None:
+        vocab.append(model.get_output_embeddings().weight)
+    return sum(p.numel() for p in model.parameters() if all(p is not v for v in vocab))
+
+
+@contextlib.contextmanager
+def count_flops(objective):
+    """Yields a list that collects each transformer pass's FLOPs (see the module's docstring): hooks on every
+    transformers model inside the objective, a pass counted by the outermost model that runs it."""
+    from transformers import PreTrainedModel
+
+    flops, depth, handles = [], [0], []
+
+    def before(module, args, kwargs):
+        if depth[0] == 0:
+            x = kwargs.get("input_ids", args[0] if args else None)
+            x = kwargs.get("inputs_embeds") if x is None else x
+            positions = x.shape[0] * x.shape[1]
+            flops.append((6 if torch.is_grad_enabled() else 2) * module._bench_params * positions)
+        depth[0] += 1
+
+    def after(module, args, output):
+        depth[0] -= 1
+
+    for module in objective.modules():
+        if isinstance(module, PreTrainedModel):
+            module._bench_params = nonembedding_params(module)
+            handles += [module.register_forward_pre_hook(before, with_kwargs=True),
+                        module.register_forward_hook(after)]
+    try:
+        yield flops
+    finally:
+        for h in handles:
+            h.remove()
+
+
+class Stepper:
+    """One training step of an objective as cse_kit.train.loop runs it, timed in parts."""
+
+    def __init__(self, objective, cfg, device, stage: int | None = None):
+        from cse_kit.train.loop import _mixed_precision
+
+        self.objective, self.cfg, self.device, self.stage = objective, cfg, device, stage
+        cuda = device.type == "cuda"
+        lr = cfg.stage1_lr if stage == 1 else cfg.lr
+        params = objective.stage1_parameters() if stage == 1 else [p for p in objective.parameters()
+                                                                      if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, fused=cuda)
+        self.precision = _mixed_precision(cfg.mixed_precision)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
+        self.sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def clipped(self):
+        if self.stage is not None:
+            return self.objective.clipped_parameters()
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def __call__(self, batches, step: int) -> dict:
+        cuda = self.device.type == "cuda"
+        if self.stage is not None:
+            self.objective.stage = self.stage
+        self.sync()
+        t0 = time.perf_counter()
+        batch = batches(step)
+        if self.stage == 1:
+            batch = {f"nli_{k}": v for k, v in batch.items() if k != "example_index"}
+        batch = {k: (v.pin_memory() if cuda else v).to(self.device, non_blocking=True) for k, v in batch.items()}
+        self.sync()
+        t1 = time.perf_counter()
+        with self.autocast():
+            loss = self.objective(batch)["loss"]
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self.sync()
+        t2 = time.perf_counter()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.clipped(), self.cfg.max_grad_norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.objective.zero_grad(set_to_none=True)
+        self.sync()
+        t3 = time.perf_counter()
+        return {"data": t1 - t0, "forward+backward": t2 - t1, "optimizer": t3 - t2}
+
+
+def time_steps(stepper, batches, steps: int, warmup: int, count: bool = True) -> dict:
+    """Median seconds of each part over `steps` steps after `warmup` steps, the seconds of the warm-up steps, and
+    (count) the mean FLOPs of a timed step."""
+    stepper.objective.train()
+    warm = [sum(stepper(batches, i).values()) for i in range(warmup)]
+    timed, flops = [], []
+    with count_flops(stepper.objective) if count else contextlib.nullcontext([]) as passes:
+        for i in range(warmup, warmup + steps):
+            before = len(passes)
+            timed.append(stepper(batches, i))
+            flops.append(sum(passes[before:]))
+    parts = {k: statistics.median(t[k] for t in timed) for k in PARTS}
+    return {"parts": parts, "step_s": sum(parts.values()), "warmup_s": warm,
+            "flops": statistics.mean(flops) if count else None}
+
+
+def time_dev(objective, cfg, tokenizer, device, args) -> dict:
+    """Seconds of one dev evaluation as the loop runs it (its test model, pooler and sets), after a warm-up call on
+    8 pairs, scaled from the first args.dev_pairs pairs of each set when given."""
+    from cse_kit.eval import DevEvaluator
+    from cse_kit.train.loop import _test_model
+
+    pooler = getattr(objective, "test_pooler", cfg.pooler)
+    dev = DevEvaluator(tokenizer, pooler, args.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
+                       transfer=cfg.metric == "transfer_devacc", device=device, template=cfg.template)
+    full = sum(len(pairs) for pairs in dev.sts.values())
+    if args.dev_pairs:
+        dev.sts = {name: pairs[:args.dev_pairs] for name, pairs in dev.sts.items()}
+    timed = sum(len(pairs) for pairs in dev.sts.values())
+    sets, dev.sts = dev.sts, {name: pairs[:8] for name, pairs in dev.sts.items()}
+    dev(_test_model(objective))  # warm-up on 8 pairs: the first call's one-off costs are not an evaluation's
+    dev.sts = sets
+    seconds = dev(_test_model(objective))["seconds"]
+    objective.train()
+    return {"seconds": seconds * full / timed, "pairs": timed, "of": full}
+
+
+def time_checkpoint(objective, optimizer, device, folder=None) -> float:
+    """Seconds to write what Accelerate's save_state writes: the model's safetensors (shared tensors once), the
+    optimizer's state and the RNG states."""
+    from safetensors.torch import save_model
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        sync()
+        t = time.perf_counter()
+        save_model(objective, str(Path(tmp) / "model.safetensors"))
+        torch.save(optimizer.state_dict(), Path(tmp) / "optimizer.bin")
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+               **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
+        torch.save(rng, Path(tmp) / "random_states_0.pkl")
+        return time.perf_counter() - t
+
+
+# --- the device's peak and the projection -----------------------------------------------------------------------
+
+def tf32_allowed() -> bool:
+    return torch.get_float32_matmul_precision() != "highest"
+
+
+def gpu_peak(name: str, unit: str) -> tuple[float | None, str]:
+    """(PEAK_TFLOPS of the card torch.cuda.get_device_name calls `name`, for unit bf16|fp16|tf32|fp32, what it is)."""
+    card = next((key for pattern, key in GPU_NAMES if re.search(pattern, name)), None)
+    if card is None or PEAK_TFLOPS[card][unit] is None:
+        return None, f"no {unit} peak known for {name} (give --peak-tflops)"
+    return PEAK_TFLOPS[card][unit], f"{card} dense {unit}"
+
+
+def peak_tflops(device, precision: str, given: float | None) -> tuple[float | None, str]:
+    """(peak TFLOP/s, what it is) for the precision a step runs in ("bf16", "fp16", else fp32 matmuls: TF32 when
+    allowed); `given` (--peak-tflops) wins; None on CPU and unknown GPUs."""
+    if given:
+        return given, "--peak-tflops"
+    if device.type != "cuda":
+        return None, "n/a on CPU (give --peak-tflops)"
+    unit = precision if precision in ("bf16", "fp16") else ("tf32" if tf32_allowed() else "fp32")
+    return gpu_peak(torch.cuda.get_device_name(device), unit)
+
+
+def project(cfg, main: dict, stage1: dict | None, dev_s: float, checkpoint_s: float) -> dict:
+    """Seconds of the preset's full run by part: stage-1 and main steps, dev evaluations, checkpoints."""
+    batches = CORPUS_LINES[cfg.data] // cfg.batch_size * cfg.epochs  # micro-batches; a step holds `accumulation`
+    steps = batches // cfg.gradient_accumulation
+    steps = min(steps, cfg.max_steps) if cfg.max_steps else steps
+    first = cfg.stage1_steps if stage1 else 0
+    total = first + steps
+    per_part = {k: main["parts"][k] * steps * (cfg.gradient_accumulation if k != "optimizer" else 1)
+                + (stage1["parts"][k] * first if stage1 else 0) for k in PARTS}
+    evaluations = total // cfg.eval_steps + (1 if total % cfg.eval_steps else 0)
+    per_part["dev evaluation"] = evaluations * dev_s
+    before = sum(per_part.values())
+    checkpoints = (total - 1) // cfg.save_steps if cfg.save_steps else int(before // (60 * cfg.checkpoint_minutes))
+    per_part["checkpoint"] = checkpoints * checkpoint_s
+    return {"steps": steps, "stage1_steps": first, "evaluations": evaluations, "checkpoints": checkpoints,
+            "parts_s": per_part, "total_s": sum(per_part.values())}
+
+
+# --- one method -------------------------------------------------------------------------------------------------
+
+def measure_method(key: str, args, tokenizer, device) -> dict:
+    cfg, objective = build_method(key, args, tokenizer)
+    objective.to(device)
+    batches = method_batches(cfg, tokenizer, args)
+    two_stage = hasattr(objective, "stage1_parameters")
+    stepper = Stepper(objective, cfg, device, stage=2 if two_stage else None)
+    main = time_steps(stepper, batches, args.steps, args.warmup)
+    stage1 = None
+    if two_stage and cfg.stage1_steps:
+        nli = method_batches(cfg, tokenizer, args, nli=True)
+        stage1 = time_steps(Stepper(objective, cfg, device, stage=1), nli, args.steps, args.warmup)
+        objective.stage = 2
+    dev = time_dev(objective, cfg, tokenizer, device, args)
+    checkpoint_s = time_checkpoint(objective, stepper.optimizer, device, args.checkpoint_dir)
+    projection = project(cfg, main, stage1, dev["seconds"], checkpoint_s)
+    result = {"method": NAMES[key], "preset": cfg.preset, "batch_size": cfg.batch_size, "precision": stepper.precision,
+              "main": main, "stage1": stage1, "stage1_batch_size": cfg.nli_batch_size if stage1 else None,
+              "dev": dev, "checkpoint_s": checkpoint_s, "projection": projection}
+    if args.tf32 and device.type == "cuda":
+        result["tf32"] = measure_tf32(stepper, batches, args)
+    if args.compile:
+        result["compile"] = measure_compile(objective, stepper, batches, args, main, projection)
+    return result
+
+
+def measure_tf32(stepper, batches, args) -> dict:
+    """The same steps with TF32 matmuls allowed (the baseline: torch's default, not allowed)."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        on = time_steps(stepper, batches, args.steps, args.warmup, count=False)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    off = time_steps(stepper, batches, args.steps, args.warmup, count=False)  # re-timed beside it: same state
+    return {"off_step_s": off["step_s"], "on_step_s": on["step_s"]}
+
+
+def measure_compile(objective, stepper, batches, args, eager: dict, projection: dict) -> dict:
+    """The encoder compiled in place (as the loop's compile=true): the first steps' extra seconds (compilation,
+    recompiles for new widths included) and the compiled step time."""
+    objective.encoder.compile()
+    compiled = time_steps(stepper, batches, args.steps, max(args.warmup, 3), count=False)
+    extra = sum(compiled["warmup_s"]) - len(compiled["warmup_s"]) * eager["step_s"]
+    saved = eager["step_s"] - compiled["step_s"]
+    steps = projection["steps"]
+    return {"step_s": compiled["step_s"], "compile_s": extra, "speedup": eager["step_s"] / compiled["step_s"],
+            "break_even_steps": math.ceil(extra / saved) if saved > 0 else None,
+            "full_run_saving_s": saved * steps - extra}
+
+
+# --- the report ---------------------------------------------------------------------------------------------------
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def row(result: dict, peak: float | None, stage: str = "main") -> dict:
+    timing = result[stage]
+    batch = result["batch_size"] if stage == "main" else result["stage1_batch_size"]
+    achieved = timing["flops"] / timing["step_s"] / 1e12
+    return {"ms_step": 1000 * timing["step_s"], "sentences_s": batch / timing["step_s"],
+            "tflop_step": timing["flops"] / 1e12, "tflops": achieved,
+            "peak_fraction": achieved / peak if peak else None}
+
+
+def print_report(results: list[dict], args, device, peak: float | None, peak_note: str) -> None:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"training speed, {args.shape} shape (random weights, built from its config), {name}, "
+          f"medians of {args.steps} steps after {args.warmup} warm-up; peak: {peak_note}; TF32 matmuls "
+          f"{'allowed' if tf32_allowed() else 'not allowed'}")
+    print("corpus: the Wiki1M sample (11,913 lines) repeated to 1,000,000 lines in memory, tokenized per batch")
+    head = (f"{'method':18s} {'preset':22s} {'batch':>5s} {'prec':>4s} {'ms/step':>9s} {'sent/s':>8s} "
+            f"{'TFLOP/step':>10s} {'% peak':>7s} {'data':>5s} {'fwd+bwd':>7s} {'optim':>5s} {'dev':>5s} "
+            f"{'ckpt':>5s} {'full run':>9s}")
+    print(head)
+    for r in results:
+        projection = r["projection"]
+        shares = {k: 100 * v / projection["total_s"] for k, v in projection["parts_s"].items()}
+        for stage in ("main", "stage1") if r["stage1"] else ("main",):
+            m = row(r, peak, stage)
+            label = r["method"] + (" stage 1" if stage == "stage1" else "")
+            fraction = f"{100 * m['peak_fraction']:.1f}" if m["peak_fraction"] is not None else "n/a"
+            tail = (f"{shares['data']:5.1f} {shares['forward+backward']:7.1f} {shares['optimizer']:5.1f} "
+                    f"{shares['dev evaluation']:5.1f} {shares['checkpoint']:5.1f} {_hours(projection['total_s']):>9s}"
+                    if stage == "main" else "(NLI triplets; in DiffAug's full run)")
+            batch = r["batch_size"] if stage == "main" else r["stage1_batch_size"]
+            print(f"{label:18s} {r['preset']:22s} {batch:5d} {r['precision']:>4s} {m['ms_step']:9.1f} "
+                  f"{m['sentences_s']:8.1f} {m['tflop_step']:10.3f} {fraction:>7s} {tail}")
+    print("shares (%) are of the projected full run: data, forward+backward, optimizer, dev evaluations, checkpoints")
+    for r in results:
+        p, d = r["projection"], r["dev"]
+        scaled = f", scaled from {d['pairs']} of {d['of']} pairs" if d["pairs"] != d["of"] else ""
+        stage1 = f"{p['stage1_steps']} stage-1 + " if p["stage1_steps"] else ""
+        print(f"  {r['method']}: {stage1}{p['steps']} steps, {p['evaluations']} dev evaluations of "
+              f"{d['seconds']:.2f} s{scaled}, {p['checkpoints']} checkpoints of {r['checkpoint_s']:.2f} s")
+    for r in results:
+        if "tf32" in r:
+            t = r["tf32"]
+            print(f"  TF32 {r['method']}: {1000 * t['off_step_s']:.1f} ms/step off, {1000 * t['on_step_s']:.1f} on "
+                  f"({t['off_step_s'] / t['on_step_s']:.2f}x); whether it moves a number: eval_speed.py full --tf32")
+        if "compile" in r:
+            c = r["compile"]
+            verdict = "pays off" if c["full_run_saving_s"] > 0 else "does not pay off"
+            even = c["break_even_steps"] if c["break_even_steps"] is not None else "never"
+            print(f"  compile {r['method']}: {1000 * c['step_s']:.1f} ms/step compiled vs "
+                  f"{1000 * r['main']['step_s']:.1f} eager ({c['speedup']:.2f}x), compilation {c['compile_s']:.1f} s, "
+                  f"break-even after {even} steps, full run {c['full_run_saving_s'] / 60:+.1f} min saved: {verdict}")
+
+
+def main(args) -> list[dict]:
+    from cse_kit.environment import keep_freed_memory
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu":
+        keep_freed_memory()  # as cse-kit train does on CPU
+    methods = (args.methods or ",".join(PRESETS[args.shape])).split(",")
+    unknown = [m for m in methods if m not in PRESETS[args.shape]]
+    if unknown:
+        raise SystemExit(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(PRESETS[args.shape])}")
+    if args.tf32 and device.type != "cuda":
+        print("--tf32: TF32 is a CUDA (Ampere and later) matmul mode; nothing to measure on CPU")
+    tokenizer = shape_tokenizer()
+    results = []
+    for key in methods:
+        results.append(measure_method(key, args, tokenizer, device))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    precision = results[0]["precision"]
+    peak, note = peak_tflops(device, precision, args.peak_tflops)
+    print_report(results, args, device, peak, note)
+    if args.output:
+        for r in results:
+            r.update(row(r, peak))
+        Path(args.output).write_text(json.dumps({"shape": args.shape, "device": str(device), "peak_tflops": peak,
+                                                 "peak": note, "results": results}, indent=1))
+    return results
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("paper shape (issue 26): --shape bert-base|roberta-base")
+    g.add_argument("--shape", choices=sorted(PRESETS), help="time every method at this shape (bench/paper_speed.py)")
+    g.add_argument("--device", help="cuda or cpu (default: cuda if available)")
+    g.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones")
+    g.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for the precision run")
+    g.add_argument("--dev-pairs", type=int, help="time the dev evaluation on the first N pairs of each set, scaled "
+                                                 "linearly (for tests: a small N overstates the time)")
+    g.add_argument("--mixed-precision", choices=["auto", "no", "bf16", "fp16"],
+                   help="instead of the preset's (auto: bf16 on CUDA, else fp16; none on CPU)")
+    g.add_argument("--checkpoint-dir", help="where the checkpoint is written (default: the system's temp folder)")
+    g.add_argument("--compile", action="store_true", help="also time each method compiled, print the payoff")
+    g.add_argument("--tf32", action="store_true", help="also time each method with TF32 matmuls (CUDA)")
+    g.add_argument("--output", help="write the measurements as JSON")

@@ -1,0 +1,162 @@
+"""The benchmarks' paper-shape modes on CPU (issue 26): `bench/train_speed.py --shape` and `bench/eval_speed.py full`
+run here with a few steps and small batches, so the code path a GPU measurement takes cannot rot."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+
+import paper_speed  # noqa: E402
+
+ALL_METHODS = ("simcse", "diffcse", "scd", "esimcse", "diffaug", "promptbert", "consert")
+
+
+def run_bench(script: str, *args: str, data_dir) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, str(BENCH / script), *args, "--data-dir", str(data_dir)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def check_train_table(stdout: str, result: dict, methods) -> None:
+    """Every requested method has a row with a finite ms/step and a projected full-run time, in the table and in
+    the JSON."""
+    names = [paper_speed.NAMES[m] for m in methods]
+    assert [r["method"] for r in result["results"]] == names
+    for r in result["results"]:
+        row = re.compile(rf"{re.escape(r['method'])}\s+{re.escape(r['preset'])}\s")
+        line = next((x for x in stdout.splitlines() if row.match(x)), None)
+        assert line is not None, f"no row for {r['method']} in\n{stdout}"
+        fields = line.split()
+        ms_step = float(fields[4])
+        assert math.isfinite(ms_step) and ms_step > 0, line
+        assert re.search(r"\d+\.\d (h|min)$", line), line  # the projected full run
+    for r in result["results"]:
+        assert math.isfinite(r["ms_step"]) and r["ms_step"] > 0
+        assert r["tflop_step"] > 0 and r["peak_fraction"] is None  # no peak on CPU unless given
+        projection = r["projection"]
+        assert math.isfinite(projection["total_s"]) and projection["total_s"] > 0
+        assert set(projection["parts_s"]) == {"data", "forward+backward", "optimizer", "dev evaluation",
+                                              "checkpoint"}
+        assert projection["steps"] == 1_000_000 // r["batch_size"] * (2 if r["method"] == "DiffCSE" else 1)
+    if "diffaug" in methods:
+        diffaug = next(r for r in result["results"] if r["method"] == "DiffAug")
+        assert diffaug["projection"]["stage1_steps"] == 2000 and "DiffAug stage 1" in stdout
+
+
+def test_train_speed_bert_base_shape_on_cpu(data_dir, tmp_path):
+    out = tmp_path / "speed.json"
+    stdout = run_bench("train_speed.py", "--shape", "bert-base", "--device", "cpu", "--methods", "simcse",
+                       "--steps", "3", "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8",
+                       "--output", str(out), data_dir=data_dir)
+    result = json.loads(out.read_text())
+    check_train_table(stdout, result, ["simcse"])
+    simcse = result["results"][0]
+    assert simcse["preset"] == "simcse-bert" and simcse["batch_size"] == 2 and simcse["precision"] == "no"
+    # 6 x BERT-base's 85.45 M non-embedding weights x (2 rows x 2 views x width) positions, width <= 32
+    width = simcse["main"]["flops"] / (6 * 4 * 85_450_752)
+    assert 3 <= width <= 32
+    assert simcse["dev"]["pairs"] == 8 and simcse["dev"]["of"] == 1500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["bert-base", "roberta-base"])
+def test_train_speed_every_method(data_dir, tmp_path, shape):
+    out = tmp_path / "speed.json"
+    stdout = run_bench("train_speed.py", "--shape", shape, "--device", "cpu", "--steps", "3", "--warmup", "1",
+                       "--batch-size", "2", "--dev-pairs", "8", "--output", str(out), data_dir=data_dir)
+    check_train_table(stdout, json.loads(out.read_text()), ALL_METHODS)
+
+
+@pytest.mark.slow
+def test_train_speed_compile_payoff(data_dir):
+    stdout = run_bench("train_speed.py", "--shape", "bert-base", "--device", "cpu", "--methods", "simcse", "--steps",
+                       "2", "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8", "--compile", "--tf32",
+                       data_dir=data_dir)
+    assert re.search(r"compile SimCSE: [\d.]+ ms/step compiled vs [\d.]+ eager .* (pays off|does not pay off)",
+                     stdout), stdout
+    assert "nothing to measure on CPU" in stdout
+
+
+def test_eval_speed_full_on_cpu(data_dir):
+    stdout = run_bench("eval_speed.py", "full", "--tasks", "STS16,CR", "--mode", "fasttest", data_dir=data_dir)
+    seconds = {k: float(v) for k, v in re.findall(r"^  (encoding|STS scoring|transfer classifiers|total)\s+([\d.]+) s",
+                                                  stdout, re.M)}
+    assert set(seconds) == {"encoding", "STS scoring", "transfer classifiers", "total"}, stdout
+    assert seconds["encoding"] > 0 and seconds["total"] >= seconds["encoding"] + seconds["transfer classifiers"]
+    assert "(CR " in stdout and "distinct sentences" in stdout
+
+
+@pytest.mark.slow
+def test_eval_speed_full_bert_base_shape(data_dir):
+    stdout = run_bench("eval_speed.py", "full", "--shape", "bert-base", "--device", "cpu", "--tasks", "STS16,CR",
+                       "--mode", "fasttest", "--tf32", data_dir=data_dir)
+    assert "bert-base shape (random weights)" in stdout and "transfer classifiers" in stdout
+
+
+# --- the pieces, without a run --------------------------------------------------------------------------------------
+
+def test_projection_counts_the_presets_steps_evaluations_and_checkpoints():
+    from cse_kit.train import build_config
+
+    cfg = build_config("diffaug-semi-bert", "paper")
+    step = {"parts": {"data": 0.01, "forward+backward": 0.2, "optimizer": 0.05}}
+    p = paper_speed.project(cfg, step, step, dev_s=3.0, checkpoint_s=10.0)
+    assert p["steps"] == 1_000_000 // 256 and p["stage1_steps"] == 2000
+    total = p["steps"] + 2000
+    assert p["evaluations"] == total // 50 + 1  # every 50 steps and at the end
+    assert p["parts_s"]["forward+backward"] == pytest.approx(0.2 * total)
+    assert p["parts_s"]["dev evaluation"] == pytest.approx(3.0 * p["evaluations"])
+    before = sum(v for k, v in p["parts_s"].items() if k != "checkpoint")
+    assert p["checkpoints"] == int(before // (60 * cfg.checkpoint_minutes))
+    assert p["total_s"] == pytest.approx(before + 10.0 * p["checkpoints"])
+
+
+@pytest.mark.parametrize("name, unit, peak", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.4), ("NVIDIA H100 PCIe", "bf16", 756.5), ("NVIDIA H200", "tf32", 494.7),
+    ("NVIDIA A100-SXM4-80GB", "bf16", 312.0), ("NVIDIA A10", "bf16", 125.0), ("NVIDIA L4", "fp32", 30.3),
+    ("Tesla V100-SXM2-32GB", "fp16", 125.0), ("Quadro RTX 8000", "bf16", None), ("Some New GPU", "bf16", None)])
+def test_gpu_peaks_by_device_name(name, unit, peak):
+    assert paper_speed.gpu_peak(name, unit)[0] == peak
+    assert paper_speed.peak_tflops(torch.device("cpu"), "no", None)[0] is None
+    assert paper_speed.peak_tflops(torch.device("cpu"), "no", 1.5)[0] == 1.5
+
+
+def test_flops_are_counted_per_transformer_pass():
+    from cse_kit.train import build_config, build_objective
+    from cse_kit.train.loop import load_encoder
+
+    cfg = build_config("simcse-bert", "smoke")
+    objective = build_objective(cfg, *load_encoder(cfg.model))
+    params = paper_speed.nonembedding_params(objective.encoder)
+    batch = {"input_ids": torch.randint(1000, 2000, (3, 2, 7)), "attention_mask": torch.ones(3, 2, 7, dtype=torch.long)}
+    with paper_speed.count_flops(objective) as flops:
+        objective(batch)
+        with torch.no_grad():
+            objective.encoder(input_ids=batch["input_ids"][:, 0])
+    assert flops == [6 * params * 3 * 2 * 7, 2 * params * 3 * 7]
+
+
+def test_roberta_ids_are_random_with_bert_lengths_and_specials(minilm):
+    tokenizer = minilm[0]
+    texts = ["A short sentence.", "Another, somewhat longer sentence about nothing in particular at all."]
+    plain = paper_speed.sentence_encoder(tokenizer, 32)(texts)
+    assert plain == tokenizer(texts, truncation=True, max_length=32)["input_ids"]
+    randomized = paper_speed.sentence_encoder(tokenizer, 32, random_vocab=50265)(texts)
+    for bert, roberta in zip(plain, randomized):
+        assert len(bert) == len(roberta)
+        assert roberta[0] == tokenizer.cls_token_id and roberta[-1] == tokenizer.sep_token_id
+        assert all(paper_speed.RANDOM_ID_START <= i < 50265 for i in roberta[1:-1])
+    corpus = paper_speed.RepeatedCorpus([(t,) for t in texts], 1_000_000, paper_speed.sentence_encoder(tokenizer, 32))
+    assert len(corpus) == 1_000_000 and corpus[[999_999]]["ids0"] == plain[1:]
