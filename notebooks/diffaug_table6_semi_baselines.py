@@ -31,6 +31,7 @@ results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/resul
 force: bool = False  # retrain and re-evaluate even when a finished run exists
 alphas: list = []  # α grid of the joint strategies; empty: the profile's (cse_kit.papers.diffaug.ALPHA_GRIDS)
 strategies: list = ["joint", "sup-unsup", "sup-joint"]  # the paper's three strategies
+baselines: list = ["ConSERT", "SimCSE", "PromptBERT"]  # the methods the strategies apply to (the paper's three)
 
 # %%
 from IPython.display import display
@@ -40,13 +41,14 @@ from cse_kit.paper import average_mismatches
 from cse_kit.papers import diffaug
 
 diffaug.check_strategies(strategies)
+diffaug.check_baselines(baselines)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 grid = diffaug.alpha_grid(s.profile, alphas)
 print(f"α grid of the joint strategies: {grid}")
 
 # %%
 columns = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg."]
-rows, groups = diffaug.table6_rows(grid, strategies)
+rows, groups = diffaug.table6_rows(grid, strategies, baselines)
 long = ex.run_rows(rows, s, ("sts_dev", "sts_test"), diffaug.sts_and_dev_columns)
 selected, chosen = ex.best_on_dev(long, groups, diffaug.DEV_COLUMN)
 comparison = ex.compare(selected, 6, columns, paper="diffaug")

@@ -143,10 +143,19 @@ def check_strategies(strategies: list) -> None:
     check(set(strategies) <= set(STRATEGIES), f"strategies are {list(STRATEGIES)}, got {strategies}")
 
 
-def table6_rows(alphas: list[float], strategies=STRATEGIES) -> tuple[list[Row], dict]:
-    """Table 6: ConSERT, SimCSE and PromptBERT (BERT-base) under each strategy, in the paper's order."""
+def check_baselines(baselines: list) -> None:
+    check(baselines and set(baselines) <= set(BASELINES["bert"]), f"baselines are {list(BASELINES['bert'])}, "
+          f"got {baselines}")
+
+
+def table6_rows(alphas: list[float], strategies=STRATEGIES, baselines=tuple(BASELINES["bert"])) -> tuple[list[Row],
+                                                                                                        dict]:
+    """Table 6: ConSERT, SimCSE and PromptBERT (BERT-base; or `baselines` of them) under each strategy, in the paper's
+    order."""
     rows, groups = [], {}
     for method, name in BASELINES["bert"].items():
+        if method not in baselines:
+            continue
         for strategy in strategies:
             more_rows, more_groups = strategy_rows(method, name, strategy, alphas)
             rows, groups = rows + more_rows, {**groups, **more_groups}
