@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .experiments import Row, check
+from .experiments import Row, check, training_cost
 from .paper import paper_value
 
 NOTEBOOK = "compare_methods"
@@ -75,23 +75,23 @@ def published(method: str) -> float:
 
 
 # --- per-record columns ---------------------------------------------------------------------------------------------
+def task_spearman(sims: dict[str, list], gold: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each STS task's Spearman (×100) of its test-pair similarities against the gold scores."""
+    from .eval.sts import correlations
+
+    return {task: correlations(np.asarray(sims[task]), gold[task])["spearman"] for task in STS_TASKS}
+
+
 def sts_columns(record: dict, gold: dict[str, np.ndarray]) -> dict:
-    """Each STS task's Spearman (×100) and their average, from the record's test-pair similarities (`sts_pairs`)."""
-    out = {task: spearman(np.asarray(record["metrics"]["sts_pairs"][task]), gold[task]) for task in STS_TASKS}
+    """Each STS task's Spearman and their average, from the record's test-pair similarities (`sts_pairs`)."""
+    out = task_spearman(record["metrics"]["sts_pairs"], gold)
     return {**out, "Avg. STS": float(np.mean(list(out.values())))}
-
-
-def spearman(sims: np.ndarray, gold: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    return 100 * float(spearmanr(sims, gold)[0])
 
 
 def cost_columns(record: dict, batch_size: int, full_steps: int) -> dict:
     """Training seconds per step, sentences/s, peak memory (GPU on CUDA, else the process's resident memory) and
     the projected wall time of the run's full recipe on this machine."""
-    per_step = record["timings"]["train_train_s"] / record["train"]["steps"]
-    memory = record["train"].get("peak_gpu_memory_bytes") or record["train"].get("peak_rss_bytes") or math.nan
+    per_step, memory, _ = training_cost(record)
     return {"s/step": per_step, "sentences/s": batch_size / per_step, "peak memory (GB)": memory / 1e9,
             "projected hours": per_step * full_steps / 3600}
 
@@ -134,7 +134,7 @@ def replicate_averages(sims: dict[str, list], gold: dict[str, np.ndarray], index
 
 
 def average_sts(sims: dict[str, list], gold: dict[str, np.ndarray]) -> float:
-    return float(np.mean([spearman(np.asarray(sims[t]), gold[t]) for t in STS_TASKS]))
+    return float(np.mean(list(task_spearman(sims, gold).values())))
 
 
 def _bootstrap_result(observed: float, replicates: np.ndarray) -> tuple[float, float, float, float]:

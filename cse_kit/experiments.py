@@ -259,6 +259,15 @@ def geometry_columns(record: dict) -> dict:
     return {"Alignment": g["alignment"], "Uniformity": g["uniformity"], "STS": record["metrics"]["sts_test"]["avg"]}
 
 
+def training_cost(record: dict) -> tuple[float, float, bool]:
+    """(training seconds per step, stage-1 and main steps alike, evaluation left out; peak memory in bytes, the
+    GPU's on CUDA and the process's resident memory elsewhere (NaN where unknown); whether it is the GPU's)."""
+    train = record["train"]
+    gpu = train.get("peak_gpu_memory_bytes")
+    return (record["timings"]["train_train_s"] / train["steps"], gpu or train.get("peak_rss_bytes") or math.nan,
+            bool(gpu))
+
+
 def transfer_eval(profile: str) -> str:
     """The transfer evaluation a profile reports test accuracy with (the papers: SentEval's `test` config)."""
     return f"transfer_{PROFILES[profile]['report']['transfer_mode']}"

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 from cse_kit.methods.consert import ConSERT
 from cse_kit.models import build_smoke_model
 
+from conftest import rerandomize
+
 TIGHT = 1e-10
 LARGE_NUM = 1e9  # AdvCLSoftmaxLoss.py:8
 SENTENCES = ["A man is playing a guitar.", "The cat sleeps.",
@@ -46,24 +48,10 @@ NLI = [("A woman is slicing an onion.", "Someone cuts a vegetable.", "The woman 
        ("Rain.", "It is wet outside today.", "The sun is shining on the dry field.")]
 
 
-def _rerandomize(module, seed, std):
-    """Weights large enough that attention is sharp and positions, cut rows and columns all move the result."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "LayerNorm.weight" in name:
-                p.copy_(1 + 0.1 * noise)
-            elif name.endswith("bias"):
-                p.copy_(0.1 * noise)
-            else:
-                p.copy_(std * noise)
-
-
 def _model(name):
     tokenizer, encoder = build_smoke_model(name, num_hidden_layers=3)
     encoder = encoder.double().eval()
-    _rerandomize(encoder, 1, 0.25)
+    rerandomize(encoder, 1, 0.25)
     return tokenizer, encoder
 
 
@@ -359,7 +347,7 @@ def test_sbert_loss_equals_the_official_baseline_path(bert, max_square):
     tokenizer, encoder = bert
     ids, mask, batch = _nli_batch(tokenizer)
     kit = _kit(encoder, supervision="sbert", nli_features="sbert+max_square" if max_square else "sbert")
-    _rerandomize(kit.classifier, 7, 0.3)
+    rerandomize(kit.classifier, 7, 0.3)
     out = kit(batch)
     reps = sentence_embedding(encoder, {"input_ids": ids, "attention_mask": mask}, {})[0]
     loss = pair_loss(kit.classifier, reps, len(NLI), max_square)
@@ -374,7 +362,7 @@ def test_joint_loss_equals_the_official_cutoff_path(bert):
     tokenizer, encoder = bert
     ids, mask, batch = _nli_batch(tokenizer)
     kit = _kit(encoder, supervision="joint", augmentations=(("none", 0.0), ("token_cutoff", 0.1)), temp=0.1)
-    _rerandomize(kit.classifier, 7, 0.3)
+    rerandomize(kit.classifier, 7, 0.3)
     torch.manual_seed(11)
     out = kit(batch)
     torch.manual_seed(11)
@@ -399,7 +387,7 @@ def test_joint_loss_with_the_adversarial_view_equals_the_official_adversarial_pa
     ids, mask, batch = _nli_batch(tokenizer)
     kit = _kit(encoder, supervision="joint", augmentations=(("none", 0.0), ("adversarial", 0.0)), temp=0.1,
                noise_norm=0.5)
-    _rerandomize(kit.classifier, 7, 0.3)
+    rerandomize(kit.classifier, 7, 0.3)
     out = kit(batch)
     features = {"input_ids": ids, "attention_mask": mask}
     rep, embedding_output = sentence_embedding(encoder, features, {})

@@ -31,6 +31,8 @@ from cse_kit.models import build_smoke_model
 from cse_kit.prefix import PrefixedEncoder, encode_with_prefix
 from cse_kit.prompt import Template
 
+from conftest import rerandomize
+
 TIGHT = 1e-10
 L_PREFIX = 2  # the kit's prefix_len l; the official --prefix_len is 2l
 MAX_SEQ_LENGTH = 12  # train.py's data_args.max_seq_length, small so that the long sentence is cut
@@ -48,30 +50,17 @@ NLI = [("A woman is slicing an onion.", "Someone cuts a vegetable.", "The woman 
 # the model, on identical weights
 # --------------------------------------------------------------------------------------------------------------
 
-def _rerandomize(module, seed, std):
-    """Weights large enough that attention is sharp and prefixes, positions and masks all move the result."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "LayerNorm.weight" in name:
-                p.copy_(1 + 0.1 * noise)
-            elif name.endswith("bias"):
-                p.copy_(0.1 * noise)
-            else:
-                p.copy_(std * noise)
-
 
 @pytest.fixture(scope="module")
 def setup():
     tokenizer, encoder = build_smoke_model("smoke-bert", num_hidden_layers=3)
     encoder = encoder.double().eval()
-    _rerandomize(encoder, 1, 0.25)
+    rerandomize(encoder, 1, 0.25)
     torch.manual_seed(0)
     kit = DiffAug(encoder, tokenizer, prefix_len=L_PREFIX, temp=TEMP, aux_weight=0.0, denoise=True, mlp=True,
                   denoise_offset="sentence+prefix").double().eval()
     for i, part in enumerate((kit.prefix_encoder, kit.mlp, kit.classifier)):
-        _rerandomize(part, 10 + i, 0.4)
+        rerandomize(part, 10 + i, 0.4)
     return tokenizer, encoder, kit
 
 

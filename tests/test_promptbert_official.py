@@ -35,6 +35,8 @@ from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, first_position, re
 from cse_kit.models import build_smoke_model
 from cse_kit.prompt import Template
 
+from conftest import rerandomize
+
 TIGHT = 1e-10
 MAX_SEQ_LENGTH = 12  # data_args.max_seq_length, small so that the long sentence is cut
 TEMP = 0.05
@@ -55,19 +57,6 @@ NLI = [("A woman is slicing an onion.", "Someone cuts a vegetable.", "The woman 
 # --------------------------------------------------------------------------------------------------------------
 # the models, on identical weights
 # --------------------------------------------------------------------------------------------------------------
-
-def _rerandomize(module, seed, std):
-    """Weights large enough that attention is sharp and positions and templates all move the result."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "LayerNorm.weight" in name:
-                p.copy_(1 + 0.1 * noise)
-            elif name.endswith("bias"):
-                p.copy_(0.1 * noise)
-            else:
-                p.copy_(std * noise)
 
 
 def _roberta_tokenizer():
@@ -97,7 +86,7 @@ def backbone(request):
                                              intermediate_size=64, max_position_embeddings=512),
                                add_pooling_layer=False)
     encoder = encoder.double().eval()
-    _rerandomize(encoder, 1, 0.25)
+    rerandomize(encoder, 1, 0.25)
     return request.param, tokenizer, encoder
 
 
@@ -110,13 +99,13 @@ def _kit(backbone, supervised, variant):
     transform = None
     if supervised and name == "bert":  # sup-bert: --mask_embedding_sentence_org_mlp, no MLPLayer
         transform = BertPredictionHeadTransform(encoder.config).double().eval()
-        _rerandomize(transform, 20, 0.4)
+        rerandomize(transform, 20, 0.4)
     torch.manual_seed(0)
     kit = PromptBERT(encoder, tokenizer, template=first, template2=None if supervised else second, temp=TEMP,
                      mlp=transform is None, mlm_transform=transform,
                      pooler="prompt_mask_denoised" if supervised else "prompt_mask",
                      denoise_positions={"paper": "sentence", "official-code": "from-zero"}[variant]).double().eval()
-    _rerandomize(kit.mlp, 10, 0.4)
+    rerandomize(kit.mlp, 10, 0.4)
     return kit
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..experiments import Row, check, sts_test_columns
+from ..experiments import Row, check, sts_test_columns, training_cost
 from ..paper import paper_table, paper_tables
 from ..train.presets import PRESETS, PROFILES
 from .released import released_row
@@ -373,10 +373,7 @@ def cost_columns(profile: str):
     window, stage-1 and main steps alike; evaluation left out) and peak memory in GB (the GPU's on CUDA, the
     process's resident memory elsewhere)."""
     def columns(record: dict) -> dict:
-        train = record["train"]
-        per_step = record["timings"]["train_train_s"] / train["steps"]
-        gpu = train.get("peak_gpu_memory_bytes")
-        memory = gpu or train.get("peak_rss_bytes") or math.nan
+        per_step, memory, gpu = training_cost(record)
         return {"Training time": per_step * projected_steps(record["config"]["preset"], profile) / 60,
                 "GPU memory usage": memory / 1e9,
                 "memory measured": "peak GPU memory" if gpu else "peak resident memory of the process (no GPU)"}
