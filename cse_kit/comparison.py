@@ -144,17 +144,27 @@ def _bootstrap_result(observed: float, replicates: np.ndarray) -> tuple[float, f
     return observed, float(low), float(high), float(min(1.0, 2 * tail))
 
 
+def _model_replicates(by_seed: dict[int, dict], gold: dict[str, np.ndarray], index: dict[str, np.ndarray]):
+    """One model's ({seed: replicate averages}, {seed: observed average STS})."""
+    return ({s: replicate_averages(sims, gold, index) for s, sims in by_seed.items()},
+            {s: average_sts(sims, gold) for s, sims in by_seed.items()})
+
+
+def _paired_difference(a, b) -> tuple[float, float, float, float]:
+    """bootstrap result of a - b from two models' _model_replicates, paired over their shared seeds."""
+    (reps_a, observed_a), (reps_b, observed_b) = a, b
+    seeds = sorted(set(reps_a) & set(reps_b))
+    replicates = np.mean([reps_a[s] - reps_b[s] for s in seeds], axis=0)
+    return _bootstrap_result(float(np.mean([observed_a[s] - observed_b[s] for s in seeds])), replicates)
+
+
 def paired_bootstrap(a: dict[int, dict], b: dict[int, dict], gold: dict[str, np.ndarray], samples: int = 1000,
                      seed: int = 0) -> tuple[float, float, float, float]:
     """Paired bootstrap of the average STS difference a - b over the STS test pairs (a[seed][task] = the test-pair
     similarities): each replicate resamples every task's pairs once for both methods and all their seeds, and its
     difference is the mean over the shared seeds. Returns (observed difference, 95% interval low, high, p)."""
-    seeds = sorted(set(a) & set(b))
     index = resamples(gold, samples, seed)
-    replicates = np.mean([replicate_averages(a[s], gold, index) - replicate_averages(b[s], gold, index)
-                          for s in seeds], axis=0)
-    observed = float(np.mean([average_sts(a[s], gold) - average_sts(b[s], gold) for s in seeds]))
-    return _bootstrap_result(observed, replicates)
+    return _paired_difference(_model_replicates(a, gold, index), _model_replicates(b, gold, index))
 
 
 def seed_tests(values: dict[str, dict[int, float]]) -> dict[tuple[str, str], tuple[float, float]]:
@@ -164,17 +174,13 @@ def seed_tests(values: dict[str, dict[int, float]]) -> dict[tuple[str, str], tup
 
 def bootstrap_tests(similarities: dict[str, dict[int, dict]], gold: dict[str, np.ndarray], samples: int = 1000,
                     seed: int = 0) -> dict[tuple[str, str], tuple[float, float]]:
-    """(x, y) -> (difference, p) of the paired bootstrap for every ordered pair; each model's replicates are computed
-    once (on shared draws) and paired by seed."""
+    """(x, y) -> (difference, p) of paired_bootstrap for every ordered pair; each model's replicates are computed
+    once, on draws shared by all."""
     index = resamples(gold, samples, seed)
-    reps = {m: {s: replicate_averages(sims, gold, index) for s, sims in by_seed.items()}
-            for m, by_seed in similarities.items()}
-    observed = {m: {s: average_sts(sims, gold) for s, sims in by_seed.items()} for m, by_seed in similarities.items()}
+    models = {m: _model_replicates(by_seed, gold, index) for m, by_seed in similarities.items()}
     out = {}
     for x, y in itertools.permutations(similarities, 2):
-        seeds = sorted(set(reps[x]) & set(reps[y]))
-        replicates = np.mean([reps[x][s] - reps[y][s] for s in seeds], axis=0)
-        diff, _, _, p = _bootstrap_result(float(np.mean([observed[x][s] - observed[y][s] for s in seeds])), replicates)
+        diff, _, _, p = _paired_difference(models[x], models[y])
         out[(x, y)] = (diff, p)
     return out
 

@@ -115,3 +115,13 @@ def test_status_lists_the_head_to_head_apart_from_the_papers_42_artefacts():
     assert line["status"] == "built (cpu)" and line["seeds"] == "[42, 43, 44]"
     text = report.coverage_text(report.coverage({cmp.NOTEBOOK: table}), "cpu")
     assert text.rstrip().endswith(f"apart from them: {cmp.TITLE}") and "42 data-bearing" in text
+
+
+def test_the_notebooks_bootstrap_matrix_is_paired_bootstrap_for_every_pair():
+    rng = np.random.default_rng(3)
+    gold = {t: rng.uniform(0, 5, 120) for t in cmp.STS_TASKS}
+    sims = {m: {s: _sims(gold, noise, rng) for s in (1, 2)} for m, noise in (("A", 1.0), ("B", 2.0), ("C", 2.0))}
+    tests = cmp.bootstrap_tests(sims, gold, samples=100)
+    for x, y in (("A", "B"), ("B", "C"), ("C", "A")):
+        diff, _, _, p = cmp.paired_bootstrap(sims[x], sims[y], gold, samples=100)
+        assert tests[(x, y)] == pytest.approx((diff, p)) and tests[(y, x)][0] == pytest.approx(-diff)
