@@ -40,9 +40,13 @@ SHARED_RECIPE = {
     "smoke": {"batch_size": 16, "lr": 1e-4, "epochs": 1, "max_seq_length": 32, "eval_steps": 8,
               "metric": "stsb_spearman"},
 }
-#: the transfer evaluation per profile: the papers' SentEval test on paper and cpu; none on smoke, where encoding
-#: the 100k transfer sentences for every seed of every method would take most of the smoke report
-TRANSFER = {"paper": "transfer_test", "cpu": "transfer_test", "smoke": None}
+#: the transfer evaluation per profile: SentEval's `test` config (the papers') where the numbers compare with the
+#: papers'. Off by default on cpu: one run's transfer test there takes 7 min on the idle 2 cores (268 s encoding 108k
+#: sentences, 164 s of 10-fold classifiers: docs/evaluation.md) and several times that under load, so the 42 runs would
+#: add 5 h or more; `transfer="fasttest"` (SentEval's fast classifiers, about 5 min a run) or "test" asks for it. Off on
+#: smoke, where it would dwarf the trainings.
+TRANSFER = {"paper": "test", "cpu": "none", "smoke": "none"}
+TRANSFER_MODES = ("test", "fasttest", "none")
 #: seeds per profile: at least five where the numbers compare with the papers', three on cpu
 SEEDS = {"paper": [42, 43, 44, 45, 46], "cpu": [42, 43, 44], "smoke": [1, 2]}
 #: the orderings the papers claim (winner, loser, where)
@@ -232,16 +236,23 @@ def gold(data_dir=None) -> dict[str, np.ndarray]:
     return {task: np.array([p.score for p in test_pairs(task, data_dir)]) for task in STS_TASKS}
 
 
-def evaluations(profile: str) -> tuple[str, ...]:
-    """What every run is evaluated with: every STS test pair's cosine, and the profile's transfer test."""
-    return ("sts_pairs",) + ((TRANSFER[profile],) if TRANSFER[profile] else ())
+def transfer_evaluation(profile: str, transfer: str = "auto") -> str | None:
+    """The results store's transfer evaluation (`transfer_test`, `transfer_fasttest`) or None: `transfer` is a mode
+    of TRANSFER_MODES, or "auto" for the profile's."""
+    mode = TRANSFER[profile] if transfer == "auto" else transfer
+    check(mode in TRANSFER_MODES, f"transfer is auto or one of {list(TRANSFER_MODES)}, got {transfer!r}")
+    return None if mode == "none" else f"transfer_{mode}"
 
 
-def columns(gold_scores: dict[str, np.ndarray], profile: str):
+def evaluations(transfer: str | None) -> tuple[str, ...]:
+    """What every run is evaluated with: every STS test pair's cosine, and the transfer evaluation if any."""
+    return ("sts_pairs",) + ((transfer,) if transfer else ())
+
+
+def columns(gold_scores: dict[str, np.ndarray], transfer: str | None):
     """record -> the head-to-head's columns: STS tasks and average (from the test pairs), the transfer average (NaN
-    where the profile has none), and the cost of the run (cost_columns, its full recipe projected over Wiki1M's 1M
-    sentences at its batch size)."""
-    transfer = TRANSFER[profile]
+    without a transfer evaluation), and the cost of the run (cost_columns, its full recipe projected over Wiki1M's
+    1M sentences at its batch size)."""
 
     def of(record: dict) -> dict:
         cfg = record["config"]
@@ -259,9 +270,10 @@ def method_and_recipe(row_label: str) -> tuple[str, str]:
 
 def summary(long: pd.DataFrame, measures=("Avg. STS", "Avg. transfer")) -> pd.DataFrame:
     """Per method and recipe: mean ± std, the 95% interval (t over the seeds) and n of each measure, and the paper's
-    own average STS beside the paper recipe."""
+    own average STS beside the paper recipe. A measure no run has (transfer not asked for) is left out."""
     from scipy.stats import t as student
 
+    measures = [m for m in measures if long[m].notna().any()]
     lines = []
     for row, group in long[long.status == "ok"].groupby("row", sort=False):
         method, recipe = method_and_recipe(row)
@@ -321,9 +333,11 @@ def cost_points(scores: pd.DataFrame, costs: pd.DataFrame, recipe: str) -> dict[
     return {m: (float(hours[m]), float(mean[m])) for m in hours.index if m in mean}
 
 
-def profile_note(profile: str) -> str:
+def profile_note(profile: str, transfer: str | None) -> str:
     """What the recipes and the transfer column are on this profile."""
+    said = (f"transfer: SentEval's {transfer.removeprefix('transfer_')} config" if transfer else
+            "no transfer evaluation (the notebook's `transfer` parameter asks for one)")
     if profile == "smoke":
         return ("smoke: the profile's sizes (batch 16, lr 1e-4, 8 steps) override both recipes, so most methods' two "
-                "recipes are the same runs; no transfer evaluation")
-    return f"{profile}: the shared recipe is {SHARED_RECIPE[profile]}; transfer: SentEval's {TRANSFER[profile]}"
+                f"recipes are the same runs; {said}")
+    return f"{profile}: the shared recipe is {SHARED_RECIPE[profile]}; {said}"

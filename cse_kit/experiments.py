@@ -94,10 +94,40 @@ def _assigned_names(source: str) -> set[str]:
     return names
 
 
-def refuse_unknown_parameters() -> None:
-    """papermill injects every `-p name value` as a cell right after the tagged `parameters` cell, whatever the
-    name, so a misspelt one (`-p lamda 0.1`) would leave the default sweep to run. The kernel's input history holds
-    both cells: a name the injected cell sets that the parameters cell does not declare is refused."""
+def _list_parameters(source: str) -> set[str]:
+    """The names a parameters cell declares as `name: list = ...`."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {node.target.id for node in tree.body if isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name) and isinstance(node.annotation, ast.Name)
+            and node.annotation.id == "list"}
+
+
+def as_list(name: str, value):
+    """papermill's `-p seeds [1,2]` injects the text "[1,2]" (only -y parses YAML): a list parameter given as text is
+    read as YAML, so both spellings work; text that is not a list is refused with the spelling that is."""
+    import yaml
+
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = None
+    check(isinstance(parsed, list), f"notebook parameter {name} is a list, got the text {value!r}; pass it as "
+                                    f"-p {name} '[a, b]' or -y '{name}: [a, b]'")
+    return parsed
+
+
+def check_parameters() -> None:
+    """A notebook's first call, before it reads its parameters. papermill injects every `-p name value` as a cell
+    right after the tagged `parameters` cell, whatever the name, so a misspelt one (`-p lamda 0.1`) would leave the default sweep to run. The kernel's input history holds
+    both cells: a name the injected cell sets that the parameters cell does not declare is refused. A list parameter
+    injected as text is parsed (as_list)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -111,16 +141,17 @@ def refuse_unknown_parameters() -> None:
     unknown = sorted(_assigned_names(cells[injected[-1]]) - declared)
     check(not unknown, f"unknown notebook parameter(s) {unknown}; this notebook takes: {', '.join(sorted(declared))} "
                        "(`papermill --help-notebook NOTEBOOK` lists them with their help)")
+    for name in _list_parameters(cells[injected[-1] - 1]) & _assigned_names(cells[injected[-1]]):
+        shell.user_ns[name] = as_list(name, shell.user_ns.get(name))
 
 
 def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", results_dir: str = "",
-          force: bool = False) -> Setup:
-    """The first cell's call: resolves the profile and the seeds (the profile's default when empty) and opens the
-    results store. Prints the profile, which every number is recorded with."""
+          force: bool = False, default_seeds: dict | None = None) -> Setup:
+    """The first cell's call: resolves the profile and the seeds (when empty, `default_seeds[profile]` or the
+    profile's report seeds) and opens the results store. Prints the profile, which every number is recorded with."""
     _quiet()
-    refuse_unknown_parameters()
     profile = resolve_profile(profile)
-    seeds = list(seeds) if seeds else list(PROFILES[profile]["report"]["seeds"])
+    seeds = list(seeds) if seeds else list((default_seeds or {}).get(profile, PROFILES[profile]["report"]["seeds"]))
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     check(not repeated, f"seeds {seeds} repeat {repeated}: each seed is one run, a repeat would count it twice in "

@@ -21,9 +21,10 @@
 # every method the kit has is trained by one engine on the same backbone, corpus, sequence length, evaluation and
 # seeds, in two settings: **each paper's recipe** (its preset as published: the papers' notebooks' runs, reused) and
 # **one shared recipe** (SimCSE's batch, learning rate, steps and STS-B dev selection for all: the objective is the
-# only difference). STS test (7 tasks) and transfer test (not on smoke), mean ± std and a 95% interval over the
-# seeds, the paper's own number beside its recipe; whether each difference exceeds seed variance (a paired t-test
-# over matched seeds, and a paired bootstrap over the STS test pairs within each seed); the cost of each method.
+# only difference). STS test (7 tasks) and transfer test (on the paper profile; elsewhere on request), mean ± std and
+# a 95% interval over the seeds, the paper's own number beside its recipe; whether each difference exceeds seed
+# variance (a paired t-test over matched seeds, and a paired bootstrap over the STS test pairs within each seed); the
+# cost of each method.
 # DiffAug also reads NLI labels (its stage 1); the others train on Wiki1M alone.
 
 # %% tags=["parameters"]
@@ -34,6 +35,7 @@ results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/resul
 force: bool = False  # retrain and re-evaluate even when a finished run exists
 methods: list = ["SimCSE", "ConSERT", "PromptBERT", "DiffCSE", "SCD", "ESimCSE", "DiffAug"]  # the methods compared
 recipes: list = ["paper recipe", "shared recipe"]  # each paper's preset as published, and one recipe for all
+transfer: str = "auto"  # transfer evaluation: test, fasttest or none; auto: the profile's (test on paper, none on cpu, smoke)
 bootstrap_samples: int = 1000  # replicates of the paired bootstrap over the STS test pairs
 level: float = 0.05  # significance level of both tests
 
@@ -42,14 +44,17 @@ from IPython.display import display
 
 from cse_kit import comparison as cmp, experiments as ex, plots
 
+ex.check_parameters()
+
+s = ex.setup(profile, seeds, data_dir, results_dir, force, default_seeds=cmp.SEEDS)
 cmp.check_methods(methods, recipes)
-s = ex.setup(profile, seeds or cmp.SEEDS[ex.resolve_profile(profile)], data_dir, results_dir, force)
+transfer_evaluation = cmp.transfer_evaluation(s.profile, transfer)
 
 # %%
 rows = cmp.rows(s.profile, methods, recipes)
-evals = cmp.evaluations(s.profile)
+evals = cmp.evaluations(transfer_evaluation)
 gold = cmp.gold(s.store.data_dir)
-long = ex.run_rows(rows, s, evals, cmp.columns(gold, s.profile))
+long = ex.run_rows(rows, s, evals, cmp.columns(gold, transfer_evaluation))
 found = ex.records(rows, s, evals)
 scores = cmp.summary(long)
 display(ex.show_values(scores, "Average STS test and transfer test per method and recipe: mean ± std, 95% interval "
@@ -82,7 +87,8 @@ frontier = plots.pareto(points, front, "projected hours for the full run (this m
 
 # %%
 ex.save_table(s, cmp.NOTEBOOK, cmp.TITLE, figures=[strip, frontier], paper=None,
-              notes=[*words, f"Pareto front ({recipes[0]}): {', '.join(front)}", cmp.profile_note(s.profile)],
+              notes=[*words, f"Pareto front ({recipes[0]}): {', '.join(front)}",
+                     cmp.profile_note(s.profile, transfer_evaluation)],
               extra={"tables": {"scores": scores.to_dict("records"), "cost": costs.to_dict("records"),
                                 **{f"{recipe}: {name}": matrix.reset_index().to_dict("records")
                                    for recipe, matrices in tests.items() for name, matrix in matrices.items()}}})

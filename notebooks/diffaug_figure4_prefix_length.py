@@ -37,6 +37,8 @@ from cse_kit import experiments as ex, plots
 from cse_kit.paper import paper_figure
 from cse_kit.papers import diffaug
 
+ex.check_parameters()
+
 diffaug.check_recipe(recipe, ["bert"])
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 grid = diffaug.prefix_grid(s.profile, lengths)

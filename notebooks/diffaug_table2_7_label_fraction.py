@@ -45,6 +45,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffaug
 
+ex.check_parameters()
+
 chosen = ex.sweep(backbones, backbone, "backbone")
 diffaug.check_backbones(chosen)
 diffaug.check_recipe(recipe, chosen)

@@ -40,6 +40,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffaug
 
+ex.check_parameters()
+
 diffaug.check_recipe(recipe, ["bert"])
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 

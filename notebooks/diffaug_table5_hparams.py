@@ -35,6 +35,8 @@ from IPython.display import display
 from cse_kit import experiments as ex
 from cse_kit.papers import diffaug
 
+ex.check_parameters()
+
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%

@@ -40,6 +40,8 @@ from cse_kit import experiments as ex, plots
 from cse_kit.paper import average_mismatches
 from cse_kit.papers import diffaug
 
+ex.check_parameters()
+
 diffaug.check_strategies(strategies)
 diffaug.check_baselines(baselines)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -37,6 +37,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffaug
 
+ex.check_parameters()
+
 chosen = ex.sweep(aux_weights, aux_weight, "aux_weight")
 diffaug.check_aux_weights(chosen)
 diffaug.check_recipe(recipe, ["bert"])

@@ -33,6 +33,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(queue_factors, queue_factor, "queue size")
 esimcse.check_queue_factors(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

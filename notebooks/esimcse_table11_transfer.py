@@ -32,6 +32,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 
 # %%

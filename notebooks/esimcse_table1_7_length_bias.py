@@ -43,6 +43,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 esimcse.check_length_bias(threshold, length_unit, gold_scale)
 ex.check(isinstance(absolute, bool), f"absolute must be True or False, got {absolute!r}")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

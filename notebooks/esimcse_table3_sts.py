@@ -35,6 +35,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(backbones, backbone, "backbone")
 esimcse.check_backbones(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

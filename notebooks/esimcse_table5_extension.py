@@ -36,6 +36,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(extensions, extension, "length-extension method")
 ex.check(set(chosen) <= set(esimcse.EXTENSIONS), f"length-extension methods are {list(esimcse.EXTENSIONS)}, got {chosen}")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -35,6 +35,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 chosen = [str(b) for b in ex.sweep(buckets, bucket, "bucket setting")]
 esimcse.check_buckets(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

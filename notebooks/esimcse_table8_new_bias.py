@@ -44,6 +44,8 @@ from cse_kit import experiments as ex, plots
 from cse_kit.data import load_corpus
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 esimcse.check_new_bias(queries, overlap_low, overlap_high, candidate_pool)
 ex.check(isinstance(query_seed, int), f"query_seed must be an integer, got {query_seed!r}")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -33,6 +33,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import esimcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(dup_rates, dup_rate, "dup_rate")
 esimcse.check_dup_rates(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -33,6 +33,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 

@@ -39,6 +39,8 @@ from cse_kit import experiments as ex, plots
 from cse_kit.paper import paper_spec
 from cse_kit.papers import scd
 
+ex.check_parameters()
+
 scd.check_recipe(recipe, ["bert"])
 scd.check_geometry(geometry)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

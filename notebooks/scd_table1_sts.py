@@ -36,6 +36,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import scd
 
+ex.check_parameters()
+
 chosen = ex.sweep(backbones, backbone, "backbone")
 scd.check_backbones(chosen)
 scd.check_recipe(recipe, chosen)

@@ -33,6 +33,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import scd
 
+ex.check_parameters()
+
 scd.check_recipe(recipe, ["bert"])
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 

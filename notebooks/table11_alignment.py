@@ -34,6 +34,8 @@ from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 from cse_kit.paper import paper_table
 
+ex.check_parameters()
+
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 rows = diffcse.geometry_rows(s.profile)
 

@@ -36,6 +36,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 ex.check(len(roles) > 0 and len(edits) > 0, "give at least one role and one edit")
 diffcse.check_choices(roles, diffcse.TABLE15_ROLES, "role(s)")
 diffcse.check_choices(edits, [e for e in diffcse.EDIT_ROWS if e != "all"], "edit(s)")

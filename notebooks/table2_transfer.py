@@ -34,6 +34,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(backbones, backbone, "backbone")
 ex.check(set(chosen) <= set(diffcse.BACKBONE_LABELS), f"backbones are {list(diffcse.BACKBONE_LABELS)}, got {chosen}")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -40,6 +40,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(variants, variant or None, "variant")
 diffcse.check_choices(chosen, diffcse.TABLE3_VARIANTS, "Table 3 variant(s)")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

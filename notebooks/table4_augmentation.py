@@ -36,6 +36,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(edits, edit or None, "edit")
 diffcse.check_choices(chosen, diffcse.EDIT_ROWS, "edit(s)")
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -34,6 +34,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(generators, generator, "generator")
 diffcse.check_generators(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

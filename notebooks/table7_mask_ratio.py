@@ -33,6 +33,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(mask_ratios, mask_ratio, "masking ratio")
 diffcse.check_mask_ratios(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

@@ -33,6 +33,8 @@ from IPython.display import display
 from cse_kit import experiments as ex, plots
 from cse_kit.papers import diffcse
 
+ex.check_parameters()
+
 chosen = ex.sweep(lams, lam, "λ")
 diffcse.check_lams(chosen)
 s = ex.setup(profile, seeds, data_dir, results_dir, force)

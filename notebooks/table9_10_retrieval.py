@@ -34,6 +34,8 @@ from cse_kit import experiments as ex
 from cse_kit.papers import diffcse
 from cse_kit.paper import paper_examples
 
+ex.check_parameters()
+
 s = ex.setup(profile, seeds, data_dir, results_dir, force)
 rows = [r for r in diffcse.geometry_rows(s.profile) if r.preset]
 

@@ -90,6 +90,18 @@ def test_summary_gives_the_interval_over_seeds_and_the_cost_table_the_ratios_to_
     assert costs.loc["DiffCSE", "time ratio to SimCSE"] == 2.0 and costs.loc["DiffCSE", "memory ratio to SimCSE"] == 1.5
     assert cmp.cost_points(cmp.summary(long), cmp.cost_table(long), "paper recipe") == {"SimCSE": (10.0, 71.0),
                                                                                         "DiffCSE": (20.0, 73.0)}
+    without_transfer = cmp.summary(long.assign(**{"Avg. transfer": np.nan}))
+    assert "Avg. transfer mean" in scores and "Avg. transfer mean" not in without_transfer
+
+
+def test_transfer_is_the_papers_test_on_paper_and_asked_for_elsewhere():
+    assert cmp.transfer_evaluation("paper") == "transfer_test" and cmp.transfer_evaluation("cpu") is None
+    assert cmp.transfer_evaluation("cpu", "fasttest") == "transfer_fasttest"
+    assert cmp.evaluations(None) == ("sts_pairs",)
+    assert cmp.evaluations("transfer_fasttest") == ("sts_pairs", "transfer_fasttest")
+    assert "transfer parameter asks for one" in cmp.profile_note("cpu", None).replace("`", "")
+    with pytest.raises(ParameterError, match=r"transfer is auto or one of \['test', 'fasttest', 'none'\]"):
+        cmp.transfer_evaluation("cpu", "full")
 
 
 def test_the_bootstraps_row_wise_spearman_is_scipys_with_ties():

@@ -47,6 +47,9 @@ def test_notebook_is_paired_stripped_and_parameterized(name):
     params = papermill.inspect_notebook(str(source))
     assert {"profile", "seeds", "data_dir", "results_dir", "force"} <= set(params)
     assert all(p["inferred_type_name"] != "None" and p["help"] for p in params.values()), params
+    first = next(c.source for i, c in enumerate(nb.cells) if i and "parameters" in nb.cells[i - 1].metadata.get("tags", []))
+    code = [line for line in first.splitlines() if line and not line.startswith(("from ", "import "))]
+    assert code[0] == "ex.check_parameters()", f"{name}: its first call must check the parameters papermill injected"
 
 
 #: what a notebook may display: the kit's formatters (a comparison in the paper's layout, any other table)
@@ -189,6 +192,8 @@ def test_ablation_notebooks_run_on_smoke(name, params, row, tmp_path, data_dir, 
     ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
     ("diffaug_table1_sts", {"recipe": "nope"}, "unknown DiffAug recipe"),
     ("table8_lambda", {"seeds": [1, 1]}, r"repeat \[1\]: each seed is one run"),
+    ("table8_lambda", {"seeds": "[1, 1]"}, r"repeat \[1\]: each seed is one run"),  # `-p seeds '[1, 1]'`: text, parsed
+    ("table8_lambda", {"lams": "0.1"}, r"notebook parameter lams is a list, got the text '0.1'; pass it as -p lams"),
     ("diffaug_table2_7_label_fraction", {"fraction": 1.5}, r"label fractions lie in \(0, 1\]"),
     ("diffaug_table2_7_label_fraction", {"recipe": "official-code"}, "BERT only"),
     ("diffaug_table8_aux_weight", {"aux_weight": -0.1}, "α is a positive number"),
