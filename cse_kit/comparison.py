@@ -17,15 +17,16 @@ from .paper import paper_value
 
 NOTEBOOK = "compare_methods"
 TITLE = "All methods under one protocol"
-#: method -> (its unsupervised BERT-base preset, where its paper prints its average STS: paper, table, row)
+#: method -> (its unsupervised BERT-base preset, where its paper prints its average STS: paper, table, row and the
+#: row's setting where the label names other runs in other tables of that paper)
 METHODS = {
-    "SimCSE": ("simcse-bert", ("diffcse", 1, "SimCSE-BERT-base")),
-    "ConSERT": ("consert-bert", ("diffaug", 1, "ConSERT")),
-    "PromptBERT": ("promptbert-bert", ("diffaug", 1, "PromptBERT")),
-    "DiffCSE": ("diffcse-bert-sts", ("diffcse", 1, "DiffCSE-BERT-base")),
-    "SCD": ("scd-bert", ("scd", 1, "SCD-BERT-base")),
-    "ESimCSE": ("esimcse-bert", ("esimcse", 3, "ESimCSE-BERT-base")),
-    "DiffAug": ("diffaug-semi-bert", ("diffaug", 1, "DiffAug (ours)")),
+    "SimCSE": ("simcse-bert", ("diffcse", 1, "SimCSE-BERT-base", "published (Gao et al., 2021)")),
+    "ConSERT": ("consert-bert", ("diffaug", 1, "ConSERT", None)),
+    "PromptBERT": ("promptbert-bert", ("diffaug", 1, "PromptBERT", "unsupervised")),
+    "DiffCSE": ("diffcse-bert-sts", ("diffcse", 1, "DiffCSE-BERT-base", "STS model")),
+    "SCD": ("scd-bert", ("scd", 1, "SCD-BERT-base", None)),
+    "ESimCSE": ("esimcse-bert", ("esimcse", 3, "ESimCSE-BERT-base", None)),
+    "DiffAug": ("diffaug-semi-bert", ("diffaug", 1, "DiffAug (ours)", "semi-supervised, w/o aux loss")),
 }
 #: DiffAug also reads NLI labels (its stage 1): said beside its rows
 USES_LABELS = {"DiffAug"}
@@ -74,8 +75,8 @@ def rows(profile: str, methods=tuple(METHODS), recipes=RECIPES) -> list[Row]:
 
 
 def published(method: str) -> float:
-    paper, table, row = METHODS[method][1]
-    return paper_value(table, row, "Avg.", paper)
+    paper, table, row, setting = METHODS[method][1]
+    return paper_value(table, row, "Avg.", paper, setting=setting)
 
 
 # --- per-record columns ---------------------------------------------------------------------------------------------

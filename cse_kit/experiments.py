@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -125,9 +126,9 @@ def as_list(name: str, value):
 
 def check_parameters() -> None:
     """A notebook's first call, before it reads its parameters. papermill injects every `-p name value` as a cell
-    right after the tagged `parameters` cell, whatever the name, so a misspelt one (`-p lamda 0.1`) would leave the default sweep to run. The kernel's input history holds
-    both cells: a name the injected cell sets that the parameters cell does not declare is refused. A list parameter
-    injected as text is parsed (as_list)."""
+    right after the tagged `parameters` cell, whatever the name, so a misspelt one (`-p lamda 0.1`) would leave the
+    default sweep to run. The kernel's input history holds both cells: a name the injected cell sets that the
+    parameters cell does not declare is refused. A list parameter injected as text is parsed (as_list)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -188,38 +189,71 @@ def _seeds(row: Row, s: Setup) -> list[int]:
     return s.seeds if row.preset else s.seeds[:1]  # a pretrained model evaluated as is: deterministic, run once
 
 
-def row_records(row: Row, s: Setup, evals: tuple) -> list[dict]:
-    """The records of a row's seeds; raises ProfileUnavailable when the profile cannot run it."""
-    return [s.store.get(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
-
-
-def _compute_in_parallel(rows: list[Row], s: Setup, evals: tuple) -> None:
-    """With workers, the rows' pending runs are computed by them first; the caller then only reads records.
+def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
+    """With workers, the planned rows' pending runs are computed by them first; the caller then only reads records.
     (Not under force: recomputing "once" is a promise of one process.)"""
     if s.workers <= 1 or s.store.force:
         return
-    tasks = []
+    parallel.compute_all(s.store, [(subject, evals) for _, subjects, _ in plan for _, subject in subjects],
+                         s.workers, s.cluster)
+
+
+#: how a progress line starts: the report forwards these lines to its console and leaves them out of its page
+PROGRESS_PREFIX = "[cse-kit] "
+
+
+def progress(message: str) -> None:
+    """One line on the kernel's stderr, which `papermill --log-output` and `cse-kit report` stream to the console
+    while a notebook trains for minutes or hours."""
+    print(PROGRESS_PREFIX + message, file=sys.stderr, flush=True)
+
+
+def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, str]]:
+    """(row, [(seed, subject)], why the profile cannot run it or "") per row."""
+    plan = []
     for row in rows:
         try:
-            tasks += [(row.subject(s.profile, seed), evals) for seed in _seeds(row, s)]
-        except ProfileUnavailable:
-            continue
-    parallel.compute_all(s.store, tasks, s.workers, s.cluster)
+            plan.append((row, [(seed, row.subject(s.profile, seed)) for seed in _seeds(row, s)], ""))
+        except ProfileUnavailable as err:
+            plan.append((row, [], str(err)))
+    return plan
+
+
+def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], str]]:
+    """(row, [(seed, record)], why the profile cannot run it or "") per row: records reused where finished, computed
+    where not. Says how many runs are finished and how many to compute, then a line before and after each."""
+    plan = _plan(rows, s)
+    _compute_in_parallel(plan, s, evals)
+    keys = [s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects]
+    pending = dict.fromkeys(k for k in keys if s.store.force or not s.store.has_key(k, evals))  # rows may share runs
+    total = len(pending)
+    progress(f"{len(set(keys))} runs: {len(set(keys)) - total} finished, computing {total}")
+    out = []
+    for row, subjects, unavailable in plan:
+        found = []
+        for seed, subject in subjects:
+            key = s.store.key(subject)
+            computing = key in pending
+            pending.pop(key, None)
+            if computing:
+                progress(f"run {total - len(pending)}/{total}: {row.label}, seed {seed}")
+                start = time.perf_counter()
+            found.append((seed, s.store.get(subject, evals)))
+            if computing:
+                progress(f"run {total - len(pending)}/{total}: done in {time.perf_counter() - start:.0f} s")
+        out.append((row, found, unavailable))
+    return out
 
 
 def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
     """Long table: one line per (row, seed) with status, reason and the columns metrics(record) returns.
     Pretrained rows are deterministic and run once. Rows the profile cannot run are kept, marked `not run`."""
-    _compute_in_parallel(rows, s, evals)
     lines = []
-    for row in rows:
-        try:
-            found = row_records(row, s, evals)
-        except ProfileUnavailable as err:
-            lines.append({"row": row.label, "seed": s.seeds[0], "status": "not run", "reason": str(err)})
-            continue
+    for row, found, unavailable in _fetch(rows, s, evals):
+        if unavailable:
+            lines.append({"row": row.label, "seed": s.seeds[0], "status": "not run", "reason": unavailable})
         lines += [{"row": row.label, "seed": seed, "status": "ok", "reason": "", "key": record["key"],
-                   **metrics(record)} for seed, record in zip(_seeds(row, s), found)]
+                   **metrics(record)} for seed, record in found]
     return pd.DataFrame(lines)
 
 
@@ -243,14 +277,8 @@ def best_on_dev(long: pd.DataFrame, groups: dict[str, list[str]], dev_column: st
 
 def records(rows: list[Row], s: Setup, evals: tuple) -> dict[str, list[dict]]:
     """label -> the records of its seeds (rows the profile cannot run are left out; run_rows reports them)."""
-    _compute_in_parallel(rows, s, evals)
-    out = {}
-    for row in rows:
-        try:
-            out[row.label] = row_records(row, s, evals)
-        except ProfileUnavailable:
-            continue
-    return out
+    return {row.label: [record for _, record in found] for row, found, unavailable in _fetch(rows, s, evals)
+            if not unavailable}
 
 
 # --- record -> table columns -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The papers' published numbers, as data: one JSON per paper under cse_kit/papers/values/ (transcribed from
-papers.md §5 with the papers' provenance marks and the known inconsistencies as notes), each number addressed by
-paper, table, row and column."""
+"""The papers' published numbers, as data: one JSON per paper under cse_kit/papers/values/ (transcribed from the
+papers' texts, with their provenance marks, the known inconsistencies as notes that cite where in the paper they
+are, and a setting for each row whose label names different runs in different tables), each number addressed by
+paper, table, row and column (and the row's setting, where its label alone is ambiguous)."""
 
 from __future__ import annotations
 
@@ -44,11 +45,40 @@ def paper_table(table: int | str, paper: str = "diffcse") -> pd.DataFrame:
     return pd.DataFrame.from_dict(spec["rows"], orient="index", columns=spec["columns"])
 
 
-def paper_value(table: int | str, row: str, column: str, paper: str = "diffcse") -> float:
+def paper_setting(table: int | str, row: str, paper: str = "diffcse") -> str | None:
+    """The setting of a row whose label names different runs in different tables of its paper (DiffAug's "DiffAug
+    (ours)": "semi-supervised, w/o aux loss" in Table 1, "semi-supervised, w/ aux loss" in Table 2); None for a label
+    that means one run (or one cited result) wherever it is printed."""
+    return paper_tables(paper)[str(table)].get("settings", {}).get(row)
+
+
+def row_settings(row: str, paper: str = "diffcse") -> dict[str, str | None]:
+    """Table -> the row's setting there, for every table of the paper that prints the label."""
+    return {number: paper_setting(number, row, paper) for number, spec in paper_tables(paper).items()
+            if row in spec["rows"]}
+
+
+def check_setting(table: int | str, row: str, paper: str, setting: str | None) -> None:
+    """Refuse a label that names different runs in different tables of its paper unless `setting` is this table's,
+    and any `setting` that is not the row's: the message names the setting to pass and the label's in each table."""
+    settings = row_settings(row, paper)
+    own = settings[str(table)]
+    if setting == own or (setting is None and len(set(settings.values())) == 1):
+        return
+    fix = f"pass setting={own!r}" if own is not None else "leave `setting` out"
+    where = "; ".join(f"Table {number}: {value!r}" for number, value in settings.items())
+    raise KeyError(f"{PAPERS[paper_key(paper)]} Table {table}, {row!r}: {fix} (got {setting!r}); the label's setting "
+                   f"per table: {where}")
+
+
+def paper_value(table: int | str, row: str, column: str, paper: str = "diffcse", setting: str | None = None) -> float:
+    """One printed cell. A label that names different runs in different tables of its paper needs this table's
+    `setting` (paper_setting), so that no lookup by table and label alone can pick the wrong run."""
     frame = paper_table(table, paper)
     if row not in frame.index or column not in frame.columns:
         raise KeyError(f"{PAPERS[paper_key(paper)]} Table {table} has no cell ({row!r}, {column!r}); rows: "
                        f"{list(frame.index)}, columns: {list(frame.columns)}")
+    check_setting(table, row, paper, setting)
     return float(frame.loc[row, column])
 
 

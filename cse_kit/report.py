@@ -22,7 +22,7 @@ from traitlets.config import Config
 
 from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from .comparison import TITLE as COMPARISON_TITLE
-from .experiments import TABLE_MIMETYPE, resolve_profile
+from .experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, resolve_profile
 from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
 from .papers import PAPERS, all_notebooks, paper_key, paper_module
@@ -60,9 +60,26 @@ def execution_key(notebook: Path, params: dict) -> str:
     return digest.hexdigest()[:16]
 
 
-def execute(name: str, params: dict, executed_dir: Path, force: bool = False) -> dict:
+class _ProgressLines:
+    """A file for papermill's stderr_file: the notebook's progress lines (experiments.progress) to `log` as they come,
+    each under the notebook's name; everything else on stderr stays in the executed notebook only."""
+
+    def __init__(self, name: str, log):
+        self.name, self.log, self.partial = name, log, ""
+
+    def write(self, text: str) -> None:
+        *lines, self.partial = (self.partial + text).split("\n")
+        for line in lines:
+            if line.startswith(PROGRESS_PREFIX):
+                self.log(f"    {self.name}: {line.removeprefix(PROGRESS_PREFIX)}")
+
+    def flush(self) -> None:
+        pass
+
+
+def execute(name: str, params: dict, executed_dir: Path, force: bool = False, log=None) -> dict:
     """Run notebooks/<name>.ipynb with papermill into executed_dir/<name>__<key>.ipynb unless that finished run
-    exists. Returns {"name", "path", "status": ok|failed|reused, "seconds", "error"}."""
+    exists, its progress lines to `log`. Returns {"name", "path", "status": ok|failed|reused, "seconds", "error"}."""
     import nbformat
     import papermill
 
@@ -84,7 +101,8 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False) ->
     transport = kernel_transport()
     try:
         papermill.execute_notebook(str(source), str(tmp), parameters=params, cwd=str(NOTEBOOK_DIR),
-                                   kernel_name="python3", progress_bar=False, config=transport)
+                                   kernel_name="python3", progress_bar=False, config=transport,
+                                   stderr_file=_ProgressLines(name, log) if log else None)
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
     finally:
@@ -127,10 +145,19 @@ def notebook_html(nb) -> str:
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.get("outputs", []) if TABLE_MIMETYPE not in o.get("data", {})]
+            cell.outputs = [o for o in map(_without_progress, cell.get("outputs", []))
+                            if TABLE_MIMETYPE not in o.get("data", {}) and o.get("text", True)]
     body, _ = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                            exclude_output_prompt=True).from_notebook_node(nb)
     return body
+
+
+def _without_progress(output):
+    """An output with the progress lines taken out of its stream text (the console had them; the page need not)."""
+    if output.get("output_type") == "stream":
+        output["text"] = "".join(line for line in output.get("text", "").splitlines(keepends=True)
+                                 if not line.startswith(PROGRESS_PREFIX))
+    return output
 
 
 def comparison_frame(lines: list[dict]) -> pd.DataFrame:
@@ -407,7 +434,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     runs = []
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name}: running ({len(names) - i} notebook(s) after it)")
-        run = execute(name, params, out_dir / "executed", force)
+        run = execute(name, params, out_dir / "executed", force, log)
         log(f"[{i}/{len(names)}] {name}: {run['status']} ({run['seconds']:.0f} s)"
             f"{' ' + run['error'] if run['error'] else ''}")
         if run["status"] != "reused":

@@ -185,7 +185,9 @@ class ResultStore:
 
     def has(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> bool:
         """Whether subject's record is finished with every evaluation in evals (read only: no lock, nothing moved)."""
-        key = self.key(subject)
+        return self.has_key(self.key(subject), evals)
+
+    def has_key(self, key: str, evals=("sts_test",)) -> bool:
         try:
             record = json.loads(self.record_path(key).read_text())
             check_record(record, key)

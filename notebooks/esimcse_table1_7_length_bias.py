@@ -20,7 +20,7 @@
 # it ("LD ≤ 3"); "Avg." is the mean of the seven sets, and Table 1 is SimCSE's "Avg." column. Models: our
 # `simcse-bert` and `esimcse-bert` runs and, on the paper profile, the released checkpoints the paper analysed.
 #
-# The paper leaves three things open (papers.md §8 item 23); our reading, each a parameter: the **absolute**
+# The paper leaves three things open (§1, §5.4); our reading, each a parameter: the **absolute**
 # difference |cos − gold| (its numbers are all positive), gold **÷ 5** on every set (SICK-R too, though it is scored
 # 1-5: `gold_scale=minmax` maps its 1-5 onto 0-1), length in **whitespace words** (`length_unit=tokens`: the
 # model's sub-words without [CLS]/[SEP]), threshold 3. The paper's numbers are compared only at threshold 3.

@@ -17,7 +17,7 @@
 # # ESimCSE Table 2: similarity of edited sentences to the original
 # Cosine similarity to "I like this apple because it looks so fresh and it should be delicious." of the paper's
 # edits of it: random insertion, random deletion and two word repetitions (the original itself: 1). The paper does
-# not name the model that scored them (papers.md §8 item 23; [I] SimCSE-BERT-base); we score them with our
+# not name the model that scored them (§1; our inference: SimCSE-BERT-base); we score them with our
 # `simcse-bert` and `esimcse-bert` runs and, on the paper profile, the released SimCSE and ESimCSE checkpoints,
 # each column beside the paper's number. Δ is green within ±0.05.
 

@@ -19,7 +19,7 @@
 # the overlapping words repeated: the mean cos(q, s1) and cos(q, s2) (×100). If a model had learnt "repeated words =
 # similar", Sim⟨q,s2⟩ would rise above Sim⟨q,s1⟩ (the paper: +0.68 SimCSE, +0.05 ESimCSE).
 #
-# The paper does not say how the candidates were recalled (papers.md §8 item 23). Our rule: queries in a seeded
+# The paper does not say how the candidates were recalled (§5.5). Our rule: queries in a seeded
 # random order of the corpus the profile trains on (Wiki1M on `paper`, the local sample elsewhere); for each, draw
 # `candidate_pool` sentences at random and take the first whose overlap lies in [overlap_low, overlap_high], where
 # overlap = the share of the candidate's words (lower-cased, surrounding punctuation stripped) that occur in q; a

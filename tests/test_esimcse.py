@@ -518,7 +518,7 @@ def test_table1_and_the_gaps_are_read_off_table7():
     assert list(table1.row) == ["> 3", "≤ 3", "> 3", "≤ 3"] and list(table1["Avg. Similarity Diff"]) == [10, 13, 12, 13]
     gaps = length_gaps(long, 3).set_index("model")
     assert gaps.loc["SimCSE", "ours"] == 2.0 and gaps.loc["SimCSE", "ours per seed"] == "3.00, 1.00"
-    assert (gaps.loc["SimCSE", "paper"], gaps.loc["ESimCSE", "paper"]) == (1.84, 0.71)  # papers.md §5.3 Table 7
+    assert (gaps.loc["SimCSE", "paper"], gaps.loc["ESimCSE", "paper"]) == (1.84, 0.71)  # ESimCSE Table 7
     assert gaps.loc["ESimCSE", "ours"] == 0.5
     other = long.assign(row=long.row.str.replace(" 3)", " 5)"))
     assert math.isnan(length_gaps(other, 5).set_index("model").loc["SimCSE", "paper"])  # the paper used 3 only

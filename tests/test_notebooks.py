@@ -226,8 +226,13 @@ class _CountingProxy(socketserver.ThreadingTCPServer):
 def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_dir):
     only = ["figure2_cosine", "table12_14_hparams"]
     out = tmp_path / "reports"
-    index = report.build("smoke", results_dir, data_dir, out, only=only, log=lambda *_: None)
+    console = []
+    index = report.build("smoke", results_dir, data_dir, out, only=only, log=console.append)
     page = index.read_text()
+    assert any(line.startswith("    figure2_cosine: ") and " runs: " in line for line in console), console
+    assert any(line.startswith("    figure2_cosine: run 1/") for line in console) or \
+        any(line.endswith("computing 0") for line in console)  # a line per run it computed (none if all cached)
+    assert "[cse-kit]" not in page  # the progress lines went to the console only
     assert "Figure 2: cosine similarity by gold-score group" in page and "Tables 12-14" in page
     assert page.count("data:image/png;base64,") >= 2 and "class='failed'" not in page
     assert "http://" not in page and "https://" not in page  # nothing to fetch: no script, style, font, image URL

@@ -41,7 +41,7 @@ FRACTIONS = [0.01, 0.1, 1.0]
 PAPER_SUBSETS = 5
 #: Table 8's α (None: no auxiliary loss)
 AUX_WEIGHTS = [None, 1e-4, 1e-3, 1e-2, 1e-1]
-#: Figure 5's stage-1 lengths (the paper does not list its grid: papers.md §5.4) and their stand-ins off `paper`,
+#: Figure 5's stage-1 lengths (App. E and Figure 5 do not list the grid: ours) and their stand-ins off `paper`,
 #: where a stage-1 step costs the same but the stage-2 run is a few steps: the shape, not the scale
 STAGE1_GRIDS = {"paper": [500, 1000, 1500, 2000, 2500, 3000, 4000], "cpu": [2, 4, 8, 12, 16],
                 "smoke": [2, 4, 8]}
@@ -282,8 +282,8 @@ def figure5_rows(steps: list[int], snapshot_steps: int, recipe: str = "paper") -
 
 
 def snapshot_every(steps: list[int], points: int = 20) -> int:
-    """Snapshot interval giving about `points` points over the longest stage 1 (the paper plots ~100-step spacing
-    over 4000 steps; [I])."""
+    """Snapshot interval giving about `points` points over the longest stage 1 (our reading of Figure 3: about
+    100-step spacing over 4000 steps; the text lists no steps)."""
     return max(1, max(steps) // points)
 
 
@@ -429,7 +429,7 @@ def literature(table: int, trained: list[str]) -> "pd.DataFrame":  # noqa: F821
 
 
 def dynamics_sentences(data_dir, count: int) -> list[str]:
-    """Figure 3's inputs (the paper leaves them open; [I]): the first `count` distinct STS-B dev sentences."""
+    """Figure 3's inputs (§3.2 leaves them open; our choice): the first `count` distinct STS-B dev sentences."""
     from ..data import load_sts
 
     check(isinstance(count, int) and count >= 1, f"sentences is a positive number of STS-B dev sentences, got {count}")

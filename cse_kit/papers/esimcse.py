@@ -3,12 +3,15 @@ checks, and the notebooks that reproduce it.
 
 Every trained row is the `esimcse-<backbone>` preset with overrides, so shared rows are trained once: ESimCSE
 (Table 4) = sub-word repetition (Table 5) = dup_rate 0.32 (Table 9) = 2.5 x batch_size (Table 10 on the paper
-profile). Table 4's "+ word repetition" and Table 6's "wr" are the same run (repetition, no momentum queue; papers.md
-§8 item 11); Table 5's rows keep the momentum queue (its "+Sub-word Repetition" is the full ESimCSE).
+profile). Table 4's "+ word repetition" and Table 6's "wr" are the same run (repetition, no momentum queue), and
+Table 5's rows keep the momentum queue (its "+Sub-word Repetition" is the full ESimCSE): our inference, the one
+reading under which Table 5's "+Word Repetition" (84.40) and Tables 4/6's 84.09 agree; §5.1-5.3 do not say.
 
 Tables 1, 2, 7 and 8 measure the SimCSE and ESimCSE BERT-base models (ours; the released checkpoints on `paper`):
 the length-difference bias on the STS test sets, the paper's five edited sentences, and the new-bias check on
-Wikipedia queries. What the paper leaves open there (papers.md §8 item 23) is a parameter, our reading its default."""
+Wikipedia queries. What the paper leaves open there (§1, §5.4 and §5.5 do not say how the difference, the gold
+score and the length are read, which model scored Table 2, how Table 8's candidates were recalled) is a
+parameter, our reading its default."""
 
 from __future__ import annotations
 
@@ -149,7 +152,7 @@ def table11_rows(profile: str) -> list[Row]:
 # --- Tables 1, 2, 7, 8: measurements on the trained (and released) SimCSE and ESimCSE models ------------------------
 #: the analysed models, BERT-base (the paper: SimCSE's official checkpoint and ESimCSE); Table 2 names none
 MODEL_ROWS = {"SimCSE": "simcse-bert", "ESimCSE": "esimcse-bert"}
-#: Tables 1/7 leave open how the difference, the gold score and the length are read (papers.md §8 item 23):
+#: Tables 1/7 leave open how the difference, the gold score and the length are read (§1, §5.4 and their captions):
 LENGTH_UNITS = ("words", "tokens")  # whitespace words | the model's sub-word tokens without [CLS]/[SEP]
 GOLD_SCALES = ("divide", "minmax")  # gold / 5 on every set | (gold − min) / (max − min): SICK-R's 1-5 onto 0-1
 LD_SIDES = (">", "≤")  # the two groups of pairs, by length difference against the threshold

@@ -83,8 +83,8 @@ _CONSERT_SUP = {**_CONSERT, "data": "NLI", "lr": 2e-5, "epochs": 1, "batch_size"
                 "consert_supervision": "joint", "consert_aug1": "none", "consert_rate1": 0.0,
                 "consert_aug2": "token_cutoff", "consert_rate2": 0.1}
 
-#: name -> (backbone, settings). Sources: papers.md §2.1 (SimCSE README), §2.2 Tables 12-13 and run_diffcse.sh,
-#: §2.3 (SCD: paper §3.1, the official README and issue #2), §2.4 and ESimCSE/run.sh.
+#: name -> (backbone, settings). Sources: the SimCSE README (princeton-nlp/SimCSE), DiffCSE App. A Tables 12-13 and
+#: run_diffcse.sh, SCD §3.1 with the official README and issue #2, ESimCSE §4.2 and ESimCSE/run.sh.
 PRESETS = {
     "simcse-bert": ("bert", {**_SIMCSE, "lr": 3e-5, "batch_size": 64}),
     "simcse-roberta": ("roberta", {**_SIMCSE, "lr": 1e-5, "batch_size": 512}),
