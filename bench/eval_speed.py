@@ -12,6 +12,9 @@
                                        # distinct sentence once), STS scoring, each transfer task's classifiers;
                                        # --tf32 (CUDA): evaluates with TF32 matmuls off, then on, and prints every
                                        # number (STS and transfer, 4 decimals) that moves, and both times
+  python bench/eval_speed.py eta [--tasks all] [--limit N]
+                                       # the encoding bar's ETA against the time the encoding really took: how far
+                                       # off it is after the first 10% of the work (the target: within 20%)
   python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test] [--tasks MR,CR]
                                        [--cache emb.pkl] [--no-original]
                                        # classifier time vs the original SentEval on the same embeddings
@@ -158,6 +161,43 @@ def bench_encode(tokenizer, model, args):
     print(f"  largest embedding difference between the two: {np.abs(a - b).max():.2e}")
 
 
+def bench_eta(tokenizer, model, args):
+    """Every ETA the encoding bar could show (its own smoothed rate, at each update) against the real end."""
+    import contextlib
+    import io
+
+    from tqdm import tqdm
+
+    from cse_kit.eval.runner import evaluation_inputs
+
+    model = shape_model(model, args)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sentences = list(dict.fromkeys(evaluation_inputs(args.tasks or "all", "test", args.data_dir)[2]))[:args.limit]
+    samples, update = [], tqdm.update
+
+    def recording(bar, n=1):  # what the bar would print after this update: elapsed, share done, ETA
+        out = update(bar, n)
+        d = bar.format_dict
+        if d["rate"]:
+            samples.append((d["elapsed"], d["n"] / d["total"], (d["total"] - d["n"]) / d["rate"]))
+        return out
+
+    tqdm.update = recording
+    try:
+        enc = Encoder(model, tokenizer, args.pooler, device=device, progress=True)
+        with contextlib.redirect_stderr(io.StringIO()):
+            enc.encode(sentences)
+    finally:
+        tqdm.update = update
+    end = samples[-1][0]
+    errors = [(elapsed + eta - end) / end for elapsed, done, eta in samples if done >= 0.1]
+    worst = max(errors, key=abs)
+    median = 100 * statistics.median(map(abs, errors))
+    print(f"{len(sentences)} distinct sentences, {args.shape}, {device}: encoding took {end:.1f} s; after the first "
+          f"10% of the work the bar's projected total was off by a median {median:.1f}%, at worst {100 * worst:+.1f}%; "
+          f"{100 * np.mean([abs(e) <= 0.2 for e in errors]):.0f}% of its {len(errors)} updates within 20%")
+
+
 def _numbers(result: dict, prefix: str = "") -> dict:
     """Every number of a result's sts and transfer parts, by path (timings and counts left out)."""
     out = {}
@@ -225,12 +265,12 @@ def bench_full(tokenizer, model, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["sts", "dev", "transfer", "encode", "full"])
+    p.add_argument("what", choices=["sts", "dev", "transfer", "encode", "full", "eta"])
     p.add_argument("--shape", default="minilm", choices=["minilm", "bert-base", "roberta-base"],
                    help="encode and full: the real all-MiniLM-L6-v2, or a paper shape with random weights")
     p.add_argument("--device")
     p.add_argument("--mode", default="test", help="full: the evaluation mode (test, fasttest, dev)")
-    p.add_argument("--pooler", default="avg", help="full: the pooler")
+    p.add_argument("--pooler", default="avg", help="full and eta: the pooler")
     p.add_argument("--tf32", action="store_true", help="full, CUDA: evaluate with TF32 matmuls off and on, compare")
     p.add_argument("--limit", type=int, default=None, help="encode only the first N distinct sentences")
     p.add_argument("--max-tokens", type=int, default=16384)
@@ -238,15 +278,15 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--senteval", help="path of a SentEval checkout (its folder holding senteval/)")
     p.add_argument("--modes", default="fasttest,test")
-    p.add_argument("--tasks", help="transfer: the tasks to time (default: the seven); full: what cse-kit eval "
-                                   "--tasks takes (default: all)")
+    p.add_argument("--tasks", help="transfer: the tasks to time (default: the seven); full and eta: what cse-kit "
+                                   "eval --tasks takes (default: all)")
     p.add_argument("--cache", help="pickle of sentence embeddings, read if present and written after encoding")
     p.add_argument("--no-original", action="store_true", help="time only our classifiers")
     args = p.parse_args()
     tokenizer, model = load_model("all-MiniLM-L6-v2")
     model.eval()
     benches = {"sts": bench_sts, "dev": bench_dev, "transfer": bench_transfer, "encode": bench_encode,
-               "full": bench_full}
+               "full": bench_full, "eta": bench_eta}
     benches[args.what](tokenizer, model, args)
 
 

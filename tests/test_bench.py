@@ -98,6 +98,14 @@ def test_eval_speed_full_on_cpu(data_dir):
     assert "(CR " in stdout and "distinct sentences" in stdout
 
 
+def test_eval_speed_eta_compares_the_bars_projection_with_the_real_end(data_dir):
+    stdout = run_bench("eval_speed.py", "eta", "--tasks", "STS16", "--limit", "1500", data_dir=data_dir)
+    match = re.search(r"1500 distinct sentences, minilm, cpu: encoding took ([\d.]+) s; after the first 10% of the "
+                      r"work the bar's projected total was off by a median ([\d.]+)%, at worst ([-+][\d.]+)%; (\d+)% "
+                      r"of its (\d+) updates within 20%", stdout)
+    assert match and float(match[1]) > 0 and int(match[5]) > 0, stdout
+
+
 @pytest.mark.slow
 def test_eval_speed_full_bert_base_shape(data_dir):
     stdout = run_bench("eval_speed.py", "full", "--shape", "bert-base", "--device", "cpu", "--tasks", "STS16,CR",
