@@ -123,19 +123,34 @@ def resamples(gold: dict[str, np.ndarray], samples: int, seed: int = 0) -> dict[
     return {task: rng.integers(0, len(gold[task]), (samples, len(gold[task]))) for task in STS_TASKS}
 
 
-def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Row-wise Spearman (×100) of two (replicates, n) arrays: Pearson of the average ranks, as scipy's spearmanr."""
-    from scipy.stats import rankdata
+def resampled_ranks(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """rankdata(values[index], axis=1), average ranks for ties, without sorting each replicate: the values' distinct
+    levels are sorted once, and a replicate's ranks follow from how often it drew each level (a bincount)."""
+    levels, level = np.unique(values, return_inverse=True)
+    drawn = level[index]  # (replicates, n): each draw's level
+    offsets = np.arange(len(index))[:, None] * len(levels)
+    counts = np.bincount((drawn + offsets).ravel(), minlength=len(index) * len(levels)).reshape(len(index), -1)
+    average = np.cumsum(counts, axis=1) - counts + (counts + 1) / 2  # draws below the level, then the ties' middle
+    return np.take_along_axis(average, drawn, axis=1)
 
-    rx, ry = rankdata(x, axis=1), rankdata(y, axis=1)
-    rx -= rx.mean(1, keepdims=True)
-    ry -= ry.mean(1, keepdims=True)
+
+def _pearson_rows(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:
+    """Row-wise Pearson (×100) of two (replicates, n) arrays of ranks: their Spearman, as scipy's spearmanr."""
+    rx = rx - rx.mean(1, keepdims=True)
+    ry = ry - ry.mean(1, keepdims=True)
     return 100 * (rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
 
 
-def replicate_averages(sims: dict[str, list], gold: dict[str, np.ndarray], index: dict[str, np.ndarray]) -> np.ndarray:
+def gold_ranks(gold: dict[str, np.ndarray], index: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each task's gold scores ranked within every replicate: the same for every model, so ranked once."""
+    return {task: resampled_ranks(gold[task], index[task]) for task in STS_TASKS}
+
+
+def replicate_averages(sims: dict[str, list], ranked_gold: dict[str, np.ndarray],
+                       index: dict[str, np.ndarray]) -> np.ndarray:
     """(replicates,): the average STS of one model on every bootstrap replicate of the test pairs."""
-    return np.mean([_spearman_rows(np.asarray(sims[t])[index[t]], gold[t][index[t]]) for t in STS_TASKS], axis=0)
+    return np.mean([_pearson_rows(resampled_ranks(np.asarray(sims[t]), index[t]), ranked_gold[t])
+                    for t in STS_TASKS], axis=0)
 
 
 def average_sts(sims: dict[str, list], gold: dict[str, np.ndarray]) -> float:
@@ -149,9 +164,10 @@ def _bootstrap_result(observed: float, replicates: np.ndarray) -> tuple[float, f
     return observed, float(low), float(high), float(min(1.0, 2 * tail))
 
 
-def _model_replicates(by_seed: dict[int, dict], gold: dict[str, np.ndarray], index: dict[str, np.ndarray]):
+def _model_replicates(by_seed: dict[int, dict], gold: dict[str, np.ndarray], index: dict[str, np.ndarray],
+                      ranked_gold: dict[str, np.ndarray]):
     """One model's ({seed: replicate averages}, {seed: observed average STS})."""
-    return ({s: replicate_averages(sims, gold, index) for s, sims in by_seed.items()},
+    return ({s: replicate_averages(sims, ranked_gold, index) for s, sims in by_seed.items()},
             {s: average_sts(sims, gold) for s, sims in by_seed.items()})
 
 
@@ -169,7 +185,8 @@ def paired_bootstrap(a: dict[int, dict], b: dict[int, dict], gold: dict[str, np.
     similarities): each replicate resamples every task's pairs once for both methods and all their seeds, and its
     difference is the mean over the shared seeds. Returns (observed difference, 95% interval low, high, p)."""
     index = resamples(gold, samples, seed)
-    return _paired_difference(_model_replicates(a, gold, index), _model_replicates(b, gold, index))
+    ranked = gold_ranks(gold, index)
+    return _paired_difference(_model_replicates(a, gold, index, ranked), _model_replicates(b, gold, index, ranked))
 
 
 def seed_tests(values: dict[str, dict[int, float]]) -> dict[tuple[str, str], tuple[float, float]]:
@@ -182,7 +199,8 @@ def bootstrap_tests(similarities: dict[str, dict[int, dict]], gold: dict[str, np
     """(x, y) -> (difference, p) of paired_bootstrap for every ordered pair; each model's replicates are computed
     once, on draws shared by all."""
     index = resamples(gold, samples, seed)
-    models = {m: _model_replicates(by_seed, gold, index) for m, by_seed in similarities.items()}
+    ranked = gold_ranks(gold, index)
+    models = {m: _model_replicates(by_seed, gold, index, ranked) for m, by_seed in similarities.items()}
     out = {}
     for x, y in itertools.permutations(similarities, 2):
         diff, _, _, p = _paired_difference(models[x], models[y])

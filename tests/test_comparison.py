@@ -104,14 +104,15 @@ def test_transfer_is_the_papers_test_on_paper_and_asked_for_elsewhere():
         cmp.transfer_evaluation("cpu", "full")
 
 
-def test_the_bootstraps_row_wise_spearman_is_scipys_with_ties():
-    from scipy.stats import spearmanr
+def test_the_bootstraps_sort_free_ranks_and_row_wise_spearman_are_scipys_with_ties():
+    from scipy.stats import rankdata, spearmanr
 
     rng = np.random.default_rng(2)
     gold = rng.integers(0, 6, 200).astype(float)  # STS gold scores tie often
     sims = np.round(gold + rng.normal(0, 2, 200), 1)
     index = rng.integers(0, 200, (5, 200))
-    rows = cmp._spearman_rows(sims[index], gold[index])
+    assert (cmp.resampled_ranks(sims, index) == rankdata(sims[index], axis=1)).all()  # exact, ties averaged
+    rows = cmp._pearson_rows(cmp.resampled_ranks(sims, index), cmp.resampled_ranks(gold, index))
     assert rows == pytest.approx([100 * spearmanr(sims[i], gold[i])[0] for i in index], abs=1e-9)
 
 
