@@ -117,7 +117,6 @@ def _pooler_of(model: str) -> str:
 def cmd_train(args) -> int:
     from .experiments import resolve_profile
     from .train import build_config, train
-    from .train.presets import use_profile_threads
 
     profile = resolve_profile(args.profile)
     if args.profile == "auto":
@@ -125,7 +124,6 @@ def cmd_train(args) -> int:
 
         print(f"profile {profile} (auto: {'a CUDA GPU' if torch.cuda.is_available() else 'no CUDA GPU'}; "
               "--profile paper, cpu or smoke to choose)")
-    use_profile_threads(profile)
     cfg = build_config(args.preset, profile, _train_overrides(args))
     summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import platform
 
 import numpy as np
@@ -19,7 +20,8 @@ def describe(device: str | torch.device | None = None) -> dict:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     env = {"cse_kit": __version__, "python": platform.python_version(), "torch": torch.__version__,
            "transformers": transformers.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-           "device": str(device), "torch_threads": torch.get_num_threads(), "platform": platform.platform()}
+           "device": str(device), "torch_threads": torch.get_num_threads(),
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda

@@ -20,7 +20,7 @@ from . import parallel  # noqa: E402
 from .io import write_json_atomic  # noqa: E402
 from .paper import paper_key, paper_table  # noqa: E402
 from .results import Pretrained, ResultStore  # noqa: E402
-from .train.presets import PROFILES, ProfileUnavailable, build_config, use_profile_threads
+from .train.presets import PROFILES, ProfileUnavailable, build_config
 
 #: What each profile's numbers are, printed at the top of every notebook and shown in the report.
 PROFILE_NOTES = {
@@ -152,7 +152,6 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     profile's report seeds) and opens the results store. Prints the profile, which every number is recorded with."""
     _quiet()
     profile = resolve_profile(profile)
-    use_profile_threads(profile)
     seeds = list(seeds) if seeds else list((default_seeds or {}).get(profile, PROFILES[profile]["report"]["seeds"]))
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})

@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+import cse_kit  # noqa: F401  before any test module imports torch: the kit's OpenMP wait policy must come first
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

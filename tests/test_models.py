@@ -146,3 +146,16 @@ def test_an_unwritable_folder_is_one_line_naming_it(monkeypatch, capsys):
     assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write /mnt/ro/runs/x (Read-only file system)" in err
+
+
+def test_the_kit_makes_waiting_openmp_workers_sleep_unless_the_user_says_otherwise():
+    import os
+    import subprocess
+    import sys
+
+    code = "import cse_kit, os; from cse_kit.environment import describe; print(describe()['omp_wait_policy'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "PASSIVE"  # recorded beside every number
+    assert subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"}, capture_output=True,
+                          text=True, check=True).stdout.strip() == "ACTIVE"

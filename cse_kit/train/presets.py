@@ -215,19 +215,8 @@ PROFILES = {
                                   "consert": {"warmup_steps": 1}},  # ConSERT: 10% of the 8 steps warm-up
               "semi_settings": {"nli_batch_size": 16, "stage1_steps": 4},
               # SentEval's fast configuration keeps the smoke report within minutes
-              "report": {"seeds": [1, 2], "transfer_mode": "fasttest"},
-              # one intra-op thread: the tiny models' operations are too small to split, and on a loaded 2-core
-              # machine two threads encoded the STS test sentences 5-25x slower than one (busy-waiting workers)
-              "threads": 1},
+              "report": {"seeds": [1, 2], "transfer_mode": "fasttest"}},
 }
-
-
-def use_profile_threads(profile: str) -> None:
-    """The profile's torch intra-op threads, where it sets them (smoke: one); others keep torch's default."""
-    if "threads" in PROFILES[profile]:
-        import torch
-
-        torch.set_num_threads(PROFILES[profile]["threads"])
 
 
 def resolve_generator(name: str, profile: str) -> str:
