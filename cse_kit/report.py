@@ -419,6 +419,27 @@ def select(papers: list[str] | None = None, only: list[str] | None = None) -> li
     return names
 
 
+def section_of(name: str) -> str:
+    """The page section a notebook's table goes to: its paper's key, or "comparison" (the head-to-head)."""
+    return all_notebooks().get(name, "comparison")
+
+
+def sections_html(names: list[str], sections: dict[str, list[str]], shown_papers: list[str]) -> str:
+    """One section per paper (its heading, a table of contents of its notebooks in this build, its tables), then the
+    head-to-head's section when it was built."""
+    parts = []
+    for key in shown_papers:
+        toc = "".join(f"<a href='#{name}'>{name}</a>" for name in names if section_of(name) == key)
+        body = "\n".join(sections.get(key, [])) or "<p class='note'>no notebook of this paper in this build</p>"
+        title = paper_spec(key).get("title", "")
+        heading = title if title.startswith(PAPERS[key]) else f"{PAPERS[key]}: {title}"
+        parts.append(f"<h2 id='paper-{key}'>{html.escape(heading)}</h2><nav class='toc'>{toc}</nav>{body}")
+    if "comparison" in sections:
+        parts.append(f"<h2 id='paper-comparison'>{html.escape(COMPARISON_TITLE)}</h2>"
+                     + "\n".join(sections["comparison"]))
+    return "\n".join(parts)
+
+
 def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, force: bool = False,
           only: list[str] | None = None, log=print, papers: list[str] | None = None) -> Path:
     """Execute or reuse each selected notebook, then write out_dir/index.html: the coverage matrix of every paper,
@@ -446,7 +467,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     for run in runs:
         nb = nbformat.read(run["path"], as_version=4)
         table = table_of(nb)
-        key = all_notebooks().get(run["name"], "comparison")
+        key = section_of(run["name"])
         if run["status"] == "failed" or _failed(nb) or table is None:
             failures[run["name"]] = run["error"] or "the notebook produced no table"
             sections.setdefault(key, []).append(
@@ -460,21 +481,11 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
                         "</details>")
     shown_papers = [paper_key(p) for p in papers] if papers else list(PAPERS)
     lines = coverage(tables, failures, shown_papers)
-    paper_html = []
-    for key in shown_papers:
-        toc = "".join(f"<a href='#{name}'>{name}</a>" for name in names if all_notebooks()[name] == key)
-        body = "\n".join(sections.get(key, [])) or "<p class='note'>no notebook of this paper in this build</p>"
-        title = paper_spec(key).get("title", "")
-        heading = title if title.startswith(PAPERS[key]) else f"{PAPERS[key]}: {title}"
-        paper_html.append(f"<h2 id='paper-{key}'>{html.escape(heading)}</h2><nav class='toc'>{toc}</nav>{body}")
-    if "comparison" in sections:
-        paper_html.append(f"<h2 id='paper-comparison'>{html.escape(COMPARISON_TITLE)}</h2>"
-                          + "\n".join(sections["comparison"]))
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),
                        tally=html.escape(tally_text(lines, profile)), coverage=coverage_html(lines, profile),
-                       sections="\n".join(paper_html),
+                       sections=sections_html(names, sections, shown_papers),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))
     index = write_text_atomic(out_dir / "index.html", page)
     write_json_atomic(out_dir / "report.json", {"profile": profile, "coverage": lines, "runs": [

@@ -128,6 +128,14 @@ def test_status_lists_the_head_to_head_apart_from_the_papers_42_artefacts():
     assert line["status"] == "built (cpu)" and line["seeds"] == "[42, 43, 44]"
     text = report.coverage_text(report.coverage({cmp.NOTEBOOK: table}), "cpu")
     assert text.rstrip().endswith(f"apart from them: {cmp.TITLE}") and "42 data-bearing" in text
+    # a report of every notebook: the head-to-head gets its own section after the papers' (a build of all 38
+    # notebooks once failed here, looking it up among the papers' notebooks)
+    names = ["figure2_cosine", cmp.NOTEBOOK]
+    sections = {report.section_of(n): [f"<h3 id='{n}'>{n}</h3>"] for n in names}
+    page = report.sections_html(names, sections, ["diffcse", "scd"])
+    assert page.index("id='paper-diffcse'") < page.index("href='#figure2_cosine'") < page.index("id='paper-scd'")
+    assert page.index("id='paper-scd'") < page.index("id='paper-comparison'") < page.index(f"id='{cmp.NOTEBOOK}'")
+    assert f"href='#{cmp.NOTEBOOK}'" not in page  # in no paper's table of contents
 
 
 def test_the_notebooks_bootstrap_matrix_is_paired_bootstrap_for_every_pair():
