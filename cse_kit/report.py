@@ -483,7 +483,8 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     lines = coverage(tables, failures, shown_papers)
     page = PAGE.format(profile=profile, profile_note=html.escape(PROFILE_NOTES[profile]),
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
-                       n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers),
+                       n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers)
+                       + (f"<a href='#paper-comparison'>{COMPARISON_TITLE}</a>" if "comparison" in sections else ""),
                        tally=html.escape(tally_text(lines, profile)), coverage=coverage_html(lines, profile),
                        sections=sections_html(names, sections, shown_papers),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))

@@ -241,3 +241,28 @@ def test_the_progress_bar_counts_the_padded_tokens_each_batch_costs(tiny_bert, m
     encoder.encode(sentences)
     widths = sorted((len(tokenizer(s)["input_ids"]) for s in sentences), reverse=True)  # longest first, pairs
     assert seen["unit"] == "tok" and seen["total"] == seen["done"] == 2 * widths[0] + 2 * widths[2]
+
+
+def test_token_ids_are_the_tokenizers_and_each_text_is_tokenized_once(tiny_bert):
+    from cse_kit.eval.encode import token_ids
+
+    tokenizer, _ = tiny_bert
+    calls = []
+
+    class Counting:  # the tokenizer, counting the texts it is asked for
+        name_or_path, special_tokens_map = "counting " + tokenizer.name_or_path, tokenizer.special_tokens_map
+
+        def __len__(self):
+            return len(tokenizer)
+
+        def __call__(self, texts, **kw):
+            calls.append(list(texts))
+            return tokenizer(texts, **kw)
+
+    counting = Counting()
+    texts = ["a cat sat on the mat .", "a dog", "a cat sat on the mat ."]
+    assert [list(x) for x in token_ids(counting, texts)] == tokenizer(texts)["input_ids"]
+    assert [list(x) for x in token_ids(counting, ["a dog", "two birds"])] == tokenizer(["a dog", "two birds"])["input_ids"]
+    assert calls == [["a cat sat on the mat .", "a dog"], ["two birds"]]  # known texts are not tokenized again
+    capped = token_ids(counting, texts, max_length=4)
+    assert [len(x) for x in capped] == [4, 4, 4] and calls[-1] == ["a cat sat on the mat .", "a dog"]
