@@ -219,7 +219,7 @@ def significance_matrix(tests: dict[tuple[str, str], tuple[float, float]], level
 
 def claims_in_words(tests: dict[tuple[str, str], tuple[float, float]], level: float = 0.05) -> list[str]:
     """For each ordering a paper claims between two methods present: holds (beyond seed variance by the paired
-    t-test), same direction but within seed variance, or reversed."""
+    t-test), same or opposite direction but within seed variance, or reversed (opposite, beyond seed variance)."""
     lines = []
     for winner, loser, source in CLAIMS:
         if (winner, loser) not in tests:
@@ -231,8 +231,11 @@ def claims_in_words(tests: dict[tuple[str, str], tuple[float, float]], level: fl
             verdict = f"holds: +{diff:.2f}, beyond seed variance (paired t-test p = {p:.3f})"
         elif diff > 0:
             verdict = f"same direction, +{diff:.2f}, within seed variance (p = {p:.2f})"
-        else:
-            verdict = f"reversed: {diff:+.2f}" + (f" (p = {p:.3f})" if not math.isnan(p) else "")
+        elif p < level:
+            verdict = f"reversed: {diff:+.2f}, beyond seed variance (paired t-test p = {p:.3f})"
+        else:  # an opposite sign within seed variance (or no variance to test against) is not a reversal
+            verdict = f"opposite direction, {diff:+.2f}, within seed variance" + (
+                f" (p = {p:.2f})" if not math.isnan(p) else " (no spread to test)")
         lines.append(f"{winner} > {loser} ({source}): {verdict}")
     return lines
 

@@ -62,13 +62,18 @@ def test_the_paired_bootstrap_finds_no_difference_between_identical_models_and_f
 def test_the_matrix_stars_only_what_its_test_found_and_the_claims_are_put_in_words():
     tests = {("DiffCSE", "SimCSE"): (1.5, 0.01), ("SimCSE", "DiffCSE"): (-1.5, 0.01),
              ("SCD", "SimCSE"): (0.2, 0.6), ("SimCSE", "SCD"): (-0.2, 0.6),
-             ("DiffCSE", "SCD"): (1.3, 0.02), ("SCD", "DiffCSE"): (-1.3, 0.02)}
+             ("DiffCSE", "SCD"): (1.3, 0.02), ("SCD", "DiffCSE"): (-1.3, 0.02),
+             ("ESimCSE", "SimCSE"): (-0.03, 0.65), ("SimCSE", "ESimCSE"): (0.03, 0.65),
+             ("PromptBERT", "SimCSE"): (-25.3, 0.0001), ("SimCSE", "PromptBERT"): (25.3, 0.0001)}
     matrix = cmp.significance_matrix(tests)
     assert matrix.loc["DiffCSE", "SimCSE"] == "+1.50*" and matrix.loc["SCD", "SimCSE"] == "+0.20"
     assert matrix.loc["SimCSE", "SimCSE"] == ""
     words = cmp.claims_in_words(tests)
     assert words[0].startswith("DiffCSE > SimCSE (DiffCSE Table 1): holds")
     assert "within seed variance" in words[1]
+    claims = {w.split(" (")[0]: w for w in words}
+    assert "opposite direction, -0.03, within seed variance (p = 0.65)" in claims["ESimCSE > SimCSE"]  # no reversal
+    assert "reversed: -25.30, beyond seed variance" in claims["PromptBERT > SimCSE"]
 
 
 def test_the_pareto_front_keeps_the_methods_nothing_beats_on_cost_and_score():
