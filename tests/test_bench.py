@@ -94,7 +94,8 @@ def test_eval_speed_full_on_cpu(data_dir):
     seconds = {k: float(v) for k, v in re.findall(r"^  (encoding|STS scoring|transfer classifiers|total)\s+([\d.]+) s",
                                                   stdout, re.M)}
     assert set(seconds) == {"encoding", "STS scoring", "transfer classifiers", "total"}, stdout
-    assert seconds["encoding"] > 0 and seconds["total"] >= seconds["encoding"] + seconds["transfer classifiers"]
+    # the parts are printed to 0.1 s, so their sum may pass the printed total by that rounding
+    assert seconds["encoding"] > 0 and seconds["total"] >= seconds["encoding"] + seconds["transfer classifiers"] - 0.15
     assert "(CR " in stdout and "distinct sentences" in stdout
 
 
