@@ -81,31 +81,22 @@ class Setup:
         return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}{workers}"
 
 
-def _assigned_names(source: str) -> set[str]:
+def _assigned(source: str) -> dict[str, str | None]:
+    """The names a cell assigns at its top level -> their annotation's name (`lams: list = ...` -> "list"; None
+    when not annotated)."""
     import ast
 
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return set()
-    names = set()
+        return {}
+    names = {}
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.Assign):
+            names.update({t.id: None for t in node.targets if isinstance(t, ast.Name)})
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node.annotation.id if isinstance(node.annotation, ast.Name) else None
     return names
-
-
-def _list_parameters(source: str) -> set[str]:
-    """The names a parameters cell declares as `name: list = ...`."""
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    return {node.target.id for node in tree.body if isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name) and isinstance(node.annotation, ast.Name)
-            and node.annotation.id == "list"}
 
 
 def as_list(name: str, value):
@@ -138,12 +129,13 @@ def check_parameters() -> None:
     injected = [i for i, cell in enumerate(cells) if i > 0 and cell.lstrip().startswith("# Parameters")]
     if not injected:
         return
-    declared = _assigned_names(cells[injected[-1] - 1])
-    unknown = sorted(_assigned_names(cells[injected[-1]]) - declared)
+    declared, given = _assigned(cells[injected[-1] - 1]), _assigned(cells[injected[-1]])
+    unknown = sorted(set(given) - set(declared))
     check(not unknown, f"unknown notebook parameter(s) {unknown}; this notebook takes: {', '.join(sorted(declared))} "
                        "(`papermill --help-notebook NOTEBOOK` lists them with their help)")
-    for name in _list_parameters(cells[injected[-1] - 1]) & _assigned_names(cells[injected[-1]]):
-        shell.user_ns[name] = as_list(name, shell.user_ns.get(name))
+    for name in given:
+        if declared[name] == "list":
+            shell.user_ns[name] = as_list(name, shell.user_ns.get(name))
 
 
 def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", results_dir: str = "",
@@ -224,17 +216,18 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
     plan = _plan(rows, s)
     _compute_in_parallel(plan, s, evals)
-    keys = [s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects]
-    pending = dict.fromkeys(k for k in keys if s.store.force or not s.store.has_key(k, evals))  # rows may share runs
+    keys = {id(subject): s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects}
+    runs = set(keys.values())  # rows may share runs
+    pending = {k for k in runs if s.store.force or not s.store.has_key(k, evals)}
     total = len(pending)
-    progress(f"{len(set(keys))} runs: {len(set(keys)) - total} finished, computing {total}")
+    progress(f"{len(runs)} runs: {len(runs) - total} finished, computing {total}")
     out = []
     for row, subjects, unavailable in plan:
         found = []
         for seed, subject in subjects:
-            key = s.store.key(subject)
+            key = keys[id(subject)]
             computing = key in pending
-            pending.pop(key, None)
+            pending.discard(key)
             if computing:
                 progress(f"run {total - len(pending)}/{total}: {row.label}, seed {seed}")
                 start = time.perf_counter()
