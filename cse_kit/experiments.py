@@ -26,7 +26,8 @@ from .train.presets import PROFILES, ProfileUnavailable, build_config
 PROFILE_NOTES = {
     "paper": "the papers' models (BERT/RoBERTa-base) and Wiki1M: comparable to the paper's numbers",
     "cpu": "all-MiniLM-L6-v2 trained briefly on a Wiki1M sample: real runs, NOT comparable to the paper's BERT-base",
-    "smoke": "tiny random models trained for seconds: checks the pipeline, the numbers mean nothing",
+    "smoke": f"tiny random models trained for seconds, transfer tasks on {PROFILES['smoke']['report']['transfer_sample']:,}"
+             " records per split: checks the pipeline, the numbers mean nothing",
 }
 
 

@@ -218,7 +218,7 @@ class ResultStore:
                 encoder = self.encoder(record)
                 for name in missing:
                     start = time.perf_counter()
-                    record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir)
+                    record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir, record["profile"])
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
@@ -294,8 +294,17 @@ class ResultStore:
         return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=template_of(model_dir))
 
 
+def transfer_sample(profile: str | None) -> int | None:
+    """Records per transfer split a profile's transfer evaluations use (None: all, as SentEval): the smoke profile
+    checks the pipeline, and its tiny models would otherwise spend most of a smoke report encoding 108k sentences and
+    fitting classifiers on them."""
+    from .train.presets import PROFILES
+
+    return PROFILES.get(profile, {}).get("report", {}).get("transfer_sample")
+
+
 def _sts(mode: str):
-    def run(encoder, data_dir):
+    def run(encoder, data_dir, profile):
         from .eval.runner import evaluate
 
         tasks = "sts" if mode == "test" else ("STSBenchmark", "SICKRelatedness")
@@ -304,15 +313,16 @@ def _sts(mode: str):
 
 
 def _transfer(mode: str):
-    def run(encoder, data_dir):
+    def run(encoder, data_dir, profile):
         from .eval.runner import evaluate
 
-        result = evaluate(encoder, "transfer", mode, data_dir)["transfer"]
-        return {**result, "mode": mode}
+        sample = transfer_sample(profile)
+        result = evaluate(encoder, "transfer", mode, data_dir, transfer_sample=sample)["transfer"]
+        return {**result, "mode": mode, **({"sample_per_split": sample} if sample else {})}
     return run
 
 
-def _geometry(encoder, data_dir) -> dict:
+def _geometry(encoder, data_dir, profile) -> dict:
     from .data import load_sts
     from .eval.geometry import align_uniform, nearest, retrieval_recall, similarity_by_gold_bin
     from .paper import paper_examples
@@ -324,19 +334,19 @@ def _geometry(encoder, data_dir) -> dict:
             "nearest": {q: found for q, found in zip(queries, nearest(encoder, queries, pool))}}
 
 
-def _sts_pairs(encoder, data_dir) -> dict:
+def _sts_pairs(encoder, data_dir, profile) -> dict:
     from .eval.sts import test_similarities
 
     return test_similarities(encoder, data_dir)
 
 
-def _geometry_sts_filter(encoder, data_dir) -> dict:
+def _geometry_sts_filter(encoder, data_dir, profile) -> dict:
     from .eval.geometry import sts_filter_align_uniform
 
     return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
 
 
-#: name -> fn(encoder, data_dir) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
+#: name -> fn(encoder, data_dir, the subject's profile) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
 #: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions); `sts_pairs`: every STS test
 #: pair's cosine, for the paired bootstrap of cse_kit.comparison
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),

@@ -68,3 +68,31 @@ def test_all_tasks_fasttest(data_dir, minilm):
     assert set(r["sts"]) == {"STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"}
     assert set(r["transfer"]) == {"MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "avg"}
     assert 70 < r["sts"]["avg"] < 90 and 75 < r["transfer"]["avg"] < 95
+
+
+def test_a_transfer_sample_keeps_each_class_its_share_in_file_order(data_dir):
+    from cse_kit.data import load_classification
+    from cse_kit.eval.transfer import SAMPLE_MIN_PER_CLASS, sample_records
+
+    trec = load_classification("TREC", "train", data_dir)
+    sample = sample_records(trec, 1000)
+    again = sample_records(trec, 1000)
+    assert sample == again and abs(len(sample) - 1000) <= 6  # one rounding per class
+    position = {id(r): i for i, r in enumerate(trec)}
+    assert [position[id(r)] for r in sample] == sorted(position[id(r)] for r in sample)  # file order
+    for label in {r.label for r in trec}:
+        share = sum(r.label == label for r in trec) / len(trec)
+        got = sum(r.label == label for r in sample)
+        assert got >= SAMPLE_MIN_PER_CLASS and got == pytest.approx(max(SAMPLE_MIN_PER_CLASS, 1000 * share), abs=1)
+    assert sample_records(trec[:50], 1000) == trec[:50]  # a split within the size stays whole
+
+
+def test_the_smoke_profile_evaluates_transfer_on_its_sample_and_says_so(data_dir, tmp_path):
+    from cse_kit.results import Pretrained, ResultStore
+
+    record = ResultStore(tmp_path, data_dir).get(Pretrained("smoke-bert", "avg", "smoke"), ("transfer_fasttest",))
+    transfer = record["metrics"]["transfer_fasttest"]
+    assert transfer["sample_per_split"] == 1000 and transfer["mode"] == "fasttest"
+    assert transfer["MR"]["ntest"] == 1000 and transfer["SST2"]["ndev"] == 872  # SST2 dev has 872: kept whole
+    assert transfer["MRPC"]["ntest"] == 1000 and transfer["TREC"]["ntest"] == 500
+    assert 0 < transfer["avg"] < 100

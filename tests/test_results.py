@@ -125,7 +125,7 @@ def counted(monkeypatch):
     calls = []
     for name, fn in list(results.EVALUATIONS.items()):
         monkeypatch.setitem(results.EVALUATIONS, name,
-                            lambda enc, d, _fn=fn, _name=name: (calls.append(_name), _fn(enc, d))[1])
+                            lambda enc, d, p, _fn=fn, _name=name: (calls.append(_name), _fn(enc, d, p))[1])
     return calls
 
 
@@ -195,7 +195,7 @@ def fake_sts_dev(monkeypatch):
     """sts_dev as a cheap stand-in (the store's logic is under test, not the evaluation); counts its calls."""
     calls = []
 
-    def evaluation(encoder, data_dir):
+    def evaluation(encoder, data_dir, profile):
         calls.append("sts_dev")
         return {"STSBenchmark": {"dev": {"spearman": 40.72}}}
 
@@ -238,7 +238,7 @@ def test_several_processes_share_one_computation(data_dir, tmp_path, monkeypatch
 
     log = tmp_path / "computed.log"
 
-    def slow_evaluation(encoder, data_dir_):  # long enough that all processes ask while the first computes
+    def slow_evaluation(encoder, data_dir_, profile):  # long enough that all processes ask while the first computes
         with log.open("a") as f:
             f.write(f"{os.getpid()}\n")
         time.sleep(2)

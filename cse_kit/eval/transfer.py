@@ -36,7 +36,28 @@ class TaskData:
         return out
 
 
-def load_task(task: str, data_dir=None) -> TaskData:
+#: a class keeps at least this many records in a sample (SentEval's k-fold splits put each class in every fold)
+SAMPLE_MIN_PER_CLASS = 10
+
+
+def sample_records(records: list, size: int, seed: int = 1111) -> list:
+    """At most `size` records, each class keeping its share of them (at least SAMPLE_MIN_PER_CLASS), drawn with a
+    fixed seed and kept in file order, so SentEval's stable sort then orders them as it orders the whole split."""
+    if len(records) <= size:
+        return records
+    rng = np.random.RandomState(seed)
+    labels = np.array([r.label for r in records])
+    chosen = []
+    for label in np.unique(labels):
+        rows = np.flatnonzero(labels == label)
+        take = min(len(rows), max(SAMPLE_MIN_PER_CLASS, round(size * len(rows) / len(records))))
+        chosen.append(rng.choice(rows, take, replace=False))
+    return [records[i] for i in np.sort(np.concatenate(chosen))]
+
+
+def load_task(task: str, data_dir=None, sample: int | None = None) -> TaskData:
+    """A task's splits in SentEval's order; `sample`: at most that many records per split (sample_records), for
+    profiles whose numbers only check the pipeline (smoke)."""
     if task not in TRANSFER_TASKS:
         raise ValueError(f"{task} is not a transfer task; choose from {', '.join(TRANSFER_TASKS)}")
     if task == "MRPC":
@@ -46,7 +67,11 @@ def load_task(task: str, data_dir=None) -> TaskData:
         key = lambda r: (_ntok(r.text), r.label)  # noqa: E731
         splits = {"SST2": ("train", "dev", "test"), "TREC": ("train", "test")}.get(task, ("all",))
     # Python's sort is stable, as in SentEval: ties keep file order (positives first for the binary tasks)
-    return TaskData(task, {s: sorted(load_classification(task, s, data_dir), key=key) for s in splits})
+    def records(split):
+        loaded = load_classification(task, split, data_dir)
+        return sample_records(loaded, sample) if sample else loaded
+
+    return TaskData(task, {s: sorted(records(s), key=key) for s in splits})
 
 
 def features(encoder, records) -> np.ndarray:
