@@ -308,3 +308,18 @@ def test_the_wiki1m_sample_is_never_told_to_download(data_dir, tmp_path):
     for err in (missing, damaged):
         assert "cse-kit data import PATH/wiki1m_for_simcse.head11913.txt.gz" in str(err.value)
         assert "data download Wiki1M-sample" not in str(err.value)
+
+
+def test_a_split_is_parsed_once_per_process_until_its_file_changes(own_copy, monkeypatch):
+    from cse_kit.data import loaders
+
+    parsed = []
+    real = loaders._sts_split_file
+    monkeypatch.setattr(loaders, "_sts_split_file", lambda *a: (parsed.append(a[0]), real(*a))[1])
+    first = data.load_sts("STSBenchmark", "dev", own_copy)
+    first.reverse()  # a caller's own list: reordering it changes nothing for the next caller
+    again = data.load_sts("STSBenchmark", "dev", own_copy)
+    assert len(parsed) == 1 and again == first[::-1] and len(again) == 1500
+    f = own_copy / "downstream/STS/STSBenchmark/sts-dev.csv"
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))  # touched: read (and verified) again
+    assert data.load_sts("STSBenchmark", "dev", own_copy) == again and len(parsed) == 2

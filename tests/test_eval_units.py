@@ -250,7 +250,7 @@ def test_token_ids_are_the_tokenizers_and_each_text_is_tokenized_once(tiny_bert)
     calls = []
 
     class Counting:  # the tokenizer, counting the texts it is asked for
-        name_or_path, special_tokens_map = "counting " + tokenizer.name_or_path, tokenizer.special_tokens_map
+        backend_tokenizer, special_tokens_map = tokenizer.backend_tokenizer, tokenizer.special_tokens_map
 
         def __len__(self):
             return len(tokenizer)
@@ -266,3 +266,21 @@ def test_token_ids_are_the_tokenizers_and_each_text_is_tokenized_once(tiny_bert)
     assert calls == [["a cat sat on the mat .", "a dog"], ["two birds"]]  # known texts are not tokenized again
     capped = token_ids(counting, texts, max_length=4)
     assert [len(x) for x in capped] == [4, 4, 4] and calls[-1] == ["a cat sat on the mat .", "a dog"]
+
+
+def test_copies_of_one_tokenizer_share_its_token_ids_and_another_vocabulary_does_not(tiny_bert, tmp_path):
+    """Every trained model is saved with its own copy of the tokenizer: the copies are one tokenizer to the cache."""
+    from transformers import AutoTokenizer
+
+    from cse_kit.eval.encode import _tokenizer_key
+
+    tokenizer, _ = tiny_bert
+    copies = []
+    for name in ("run-a", "run-b"):
+        tokenizer.save_pretrained(tmp_path / name)
+        copies.append(AutoTokenizer.from_pretrained(tmp_path / name))
+    assert copies[0].name_or_path != copies[1].name_or_path
+    assert _tokenizer_key(copies[0], None) == _tokenizer_key(copies[1], None) == _tokenizer_key(tokenizer, None)
+    copies[1].add_tokens(["zyxwvut"])  # another vocabulary: other ids
+    assert _tokenizer_key(copies[1], None) != _tokenizer_key(copies[0], None)
+    assert _tokenizer_key(copies[0], 8) != _tokenizer_key(copies[0], None)
