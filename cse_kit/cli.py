@@ -178,7 +178,10 @@ def cmd_report(args) -> int:
 
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
-    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper)
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper,
+                  jobs=args.jobs)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
     failed = [run["name"] for run in json.loads((index.parent / "report.json").read_text())["runs"]
               if run["status"] == "failed"]
@@ -305,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--list", action="store_true", help="print the coverage matrix and execute nothing (= cse-kit status)")
+    p.add_argument("--jobs", type=int,
+                   help="notebooks executed at once, each in its own kernel (default: smoke, one per CPU core up to "
+                        "4, as its tiny runs keep one core busy at most; cpu and paper, 1: their training uses every "
+                        "core or the GPU)")
     p.add_argument("--workers", type=int, default=1,
                    help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
                         "jobs with --cluster slurm; the results store's locks keep any run from being trained twice")

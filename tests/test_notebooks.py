@@ -2,6 +2,7 @@
 
 import http.server
 import json
+import re
 import shutil
 import socketserver
 import subprocess
@@ -366,3 +367,19 @@ def test_the_warnings_an_executed_notebook_raised_are_read_back_once_each():
     assert report.notebook_warnings(nb) == [
         "UserWarning: result record r.json is corrupt (bad); moved to r.corrupt and recomputing it",
         "RuntimeWarning: stage1_steps 9 exceed"]
+
+
+def test_notebooks_run_several_at_once_with_their_progress_on_the_console(tmp_path, data_dir, results_dir):
+    only = ["figure2_cosine", "table12_14_hparams"]  # the report's order
+    console = []
+    report.build("smoke", results_dir, data_dir, tmp_path / "reports", only=only[::-1], log=console.append, jobs=2)
+    runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
+    assert [r["name"] for r in runs] == only and [r["status"] for r in runs] == ["ok", "ok"]  # in the report's order
+    assert console[0] == "2 notebook(s), 2 at once"
+    started = [line for line in console if ": running (" in line]
+    assert [line.split("] ")[0] for line in started] == ["[1/2", "[2/2"], console  # numbered as they start
+    assert any(line.startswith("    figure2_cosine: ") and " runs: " in line for line in console), console  # progress
+    for name in only:
+        assert sum(re.fullmatch(rf"\[[12]/2\] {name}: running \([01] notebook\(s\) not started\)", line) is not None
+                   for line in started) == 1, console
+        assert any(re.match(rf"\[[12]/2\] {name}: ok \(\d+ s\)$", line) for line in console), console
