@@ -517,7 +517,9 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     profile = resolve_profile(profile)
     out_dir = Path(out_dir) if out_dir else ROOT / "reports"
     names = select(papers, only)
-    params = {"profile": profile, "results_dir": str(results_dir or ""), "data_dir": str(data_dir or "")}
+    # absolute: the kernels run in notebooks/, where `--data-dir data` would name notebooks/data
+    params = {"profile": profile, "results_dir": str(Path(results_dir).resolve()) if results_dir else "",
+              "data_dir": str(Path(data_dir).resolve()) if data_dir else ""}
     runs = execute_all(names, params, out_dir / "executed", force, log, jobs or default_jobs(profile))
     tables, failures, appendix, environment = {}, {}, [], None
     sections: dict[str, list[str]] = {}

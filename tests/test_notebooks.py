@@ -383,3 +383,16 @@ def test_notebooks_run_several_at_once_with_their_progress_on_the_console(tmp_pa
         assert sum(re.fullmatch(rf"\[[12]/2\] {name}: running \([01] notebook\(s\) not started\)", line) is not None
                    for line in started) == 1, console
         assert any(re.match(rf"\[[12]/2\] {name}: ok \(\d+ s\)$", line) for line in console), console
+
+
+def test_relative_data_and_results_directories_are_the_callers_not_the_notebooks(tmp_path, data_dir, results_dir,
+                                                                                   monkeypatch):
+    """`cse-kit report --data-dir data` from the repository: the kernels run in notebooks/, where `data` would be
+    notebooks/data (every cpu notebook failed: "dataset STS12 is missing from data")."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    report.build("smoke", os.path.relpath(results_dir), os.path.relpath(data_dir), "reports", only=["figure2_cosine"],
+                 log=lambda *_: None)
+    runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["ok"], runs
