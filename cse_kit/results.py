@@ -218,7 +218,7 @@ class ResultStore:
                 encoder = self.encoder(record)
                 for name in missing:
                     start = time.perf_counter()
-                    record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir, record["profile"])
+                    record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir, record.get("profile"))
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
