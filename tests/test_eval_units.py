@@ -284,23 +284,3 @@ def test_copies_of_one_tokenizer_share_its_token_ids_and_another_vocabulary_does
     copies[1].add_tokens(["zyxwvut"])  # another vocabulary: other ids
     assert _tokenizer_key(copies[1], None) != _tokenizer_key(copies[0], None)
     assert _tokenizer_key(copies[0], 8) != _tokenizer_key(copies[0], None)
-
-
-def test_the_classifiers_train_on_one_thread_and_give_the_callers_threads_back():
-    from cse_kit.eval import classifier
-
-    seen = []
-    real = classifier._fit_many
-    before = torch.get_num_threads()
-    rng = np.random.RandomState(0)
-    X = torch.from_numpy(rng.randn(60, 4).astype(np.float32))
-    y = torch.from_numpy((X[:, 0].numpy() > 0).astype(np.int64))
-    try:
-        classifier._fit_many = lambda *a: (seen.append(torch.get_num_threads()), real(*a))[1]
-        torch.set_num_threads(2)
-        W, B, acc = classifier.fit_many(X, y, [classifier.Fit(np.arange(40), 1e-5, valid=np.arange(40, 60))], 2,
-                                        classifier.CONFIGS["fasttest"], 1111)
-        assert seen == [1] and torch.get_num_threads() == 2 and acc[0] > 0.5
-    finally:
-        classifier._fit_many = real
-        torch.set_num_threads(before)

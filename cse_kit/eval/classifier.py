@@ -149,24 +149,7 @@ def _row_groups(train_rows: list[np.ndarray], keys: list[tuple]) -> list[list[in
 def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, cfg: ClassifierConfig,
              seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Train every fit; returns the best-on-validation weights (M, C, D), biases (M, C) and validation
-    accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model.
-
-    On CPU with one intra-op thread: the lock-step loop is thousands of small ops, and more threads only add
-    OpenMP hand-offs (sleeping workers, OMP_WAIT_POLICY=PASSIVE, woken for every op). MRPC's `test`-config
-    classifiers on all-MiniLM-L6-v2 features, 2-core machine beside another job: 151-304 s with 2 threads, 4.1 s with
-    1, the same accuracies and F1."""
-    if X.device.type != "cpu":
-        return _fit_many(X, y, fits, nclasses, cfg, seed)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _fit_many(X, y, fits, nclasses, cfg, seed)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, cfg: ClassifierConfig,
-              seed: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    accuracies (M,), exactly as SentEval's PyTorchClassifier.fit would leave each model."""
     device, D = X.device, X.shape[1]
     rngs, train_rows, valid_rows, keys = _split_rows(fits, seed)
     groups = _row_groups(train_rows, keys)
