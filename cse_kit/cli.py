@@ -171,6 +171,8 @@ def cmd_report(args) -> int:
         return cmd_status(args)
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
         import os
 
@@ -178,8 +180,6 @@ def cmd_report(args) -> int:
 
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
-    if args.jobs is not None and args.jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper,
                   jobs=args.jobs)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")

@@ -79,6 +79,9 @@ def count_problems(ds: DatasetSpec, counts: dict[str, int]) -> list[str]:
 
 #: (dataset, files with their size and mtime) -> problems: each file is checked once per process, again if it changes
 _CHECKED: dict[tuple, list[str]] = {}
+#: dataset -> problems of the files read anyway under CSE_KIT_ALLOW_UNVERIFIED_DATA (recorded with results)
+_READ_UNVERIFIED: dict[str, list[str]] = {}
+_checking: set[str] = set()  # counting records reads the dataset through the loaders: do not recurse
 #: (dataset files' stamp, split) -> its records: every run a notebook evaluates reads the same STS and transfer files
 #: (parsing the STS test sets was 0.5 s of a 5 s smoke run); parsed again when a file changes
 _PARSED: dict[tuple, list] = {}
@@ -96,9 +99,6 @@ def _parsed_once(ds: DatasetSpec, folder: Path, split, parse) -> list:
     if key not in _PARSED:
         _PARSED[key] = parse()
     return list(_PARSED[key])
-#: dataset -> problems of the files read anyway under CSE_KIT_ALLOW_UNVERIFIED_DATA (recorded with results)
-_READ_UNVERIFIED: dict[str, list[str]] = {}
-_checking: set[str] = set()  # counting records reads the dataset through the loaders: do not recurse
 
 
 def _check_dataset(ds: DatasetSpec, root: Path) -> None:
