@@ -150,7 +150,8 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     check(not repeated, f"seeds {seeds} repeat {repeated}: each seed is one run, a repeat would count it twice in "
                         "the mean and std; give distinct seeds")
-    out = Setup(profile, seeds, ResultStore(results_dir or None, data_dir or None, force=force), *parallel.settings())
+    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress)
+    out = Setup(profile, seeds, store, *parallel.settings())
     print(out.describe())
     return out
 

@@ -155,10 +155,14 @@ class ResultStore:
     force=True recomputes every record this store is asked for, once (a record asked for twice in one notebook is
     trained once)."""
 
-    def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False):
+    def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False,
+                 notify=None):
+        """notify(message): where the store says it waits for a run another process computes (default: a warning;
+        notebooks pass their progress line, which `cse-kit report --jobs` shows on the console as it happens)."""
         self.root = Path(results_dir) if results_dir else default_results_dir()
         self.data_dir = str(resolve_data_dir(data_dir))
         self.force, self.progress = force, progress
+        self.notify = notify or (lambda message: warnings.warn(message, stacklevel=3))
         self._recomputed: set[str] = set()
 
     def key(self, subject: TrainConfig | Pretrained) -> str:
@@ -205,8 +209,7 @@ class ResultStore:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            warnings.warn(f"another process is computing result {key}; waiting for it ({lock.lock_file})",
-                          stacklevel=2)
+            self.notify(f"waiting for run {key}: another process is computing it ({lock.lock_file})")
             lock.acquire()
         try:
             if self.force and key not in self._recomputed:

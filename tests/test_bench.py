@@ -169,3 +169,20 @@ def test_roberta_ids_are_random_with_bert_lengths_and_specials(minilm):
         assert all(paper_speed.RANDOM_ID_START <= i < 50265 for i in roberta[1:-1])
     corpus = paper_speed.RepeatedCorpus([(t,) for t in texts], 1_000_000, paper_speed.sentence_encoder(tokenizer, 32))
     assert len(corpus) == 1_000_000 and corpus[[999_999]]["ids0"] == plain[1:]
+
+
+def test_report_speed_times_a_report_and_sums_saved_consoles(data_dir, tmp_path):
+    """The report's benchmark (issue 23): it runs `cse-kit report` into a fresh store, reads each notebook's outcome
+    off the console and prints the wall time and CPU-seconds; `--logs` sums a report run in parts."""
+    stdout = run_bench("report_speed.py", "--only", "table12_14_hparams", "--keep", str(tmp_path / "r"),
+                       data_dir=data_dir)
+    assert re.search(r"^  table12_14_hparams\s+ok\s+\d+ s$", stdout, re.M), stdout
+    assert re.search(r"^wall \d+ min \d+ s \(\d+ s\), CPU [\d,]+ s \(user", stdout, re.M), stdout
+    assert (tmp_path / "r" / "report" / "index.html").is_file()
+    parts = [tmp_path / "a.log", tmp_path / "b.log"]
+    parts[0].write_text("[1/2] table1_sts: running (1 notebook(s) after it)\n[1/2] table1_sts: failed (5 s) boom\n"
+                        "[2/2] table8_lambda: ok (754 s)\n")
+    parts[1].write_text("[1/1] table1_sts: ok (623 s)\n    table1_sts: run 1/8: done in 59 s\n")
+    summed = subprocess.run([sys.executable, str(BENCH / "report_speed.py"), "--logs", *map(str, parts)],
+                            capture_output=True, text=True, check=True).stdout
+    assert "2 notebooks, sum of their times 22 min 57 s; none failed" in summed, summed  # the rerun's outcome counts

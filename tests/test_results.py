@@ -276,6 +276,31 @@ def test_the_lock_is_released_when_its_holder_is_killed(data_dir, tmp_path):
             pass
 
 
+def test_a_notebook_says_on_its_progress_stream_that_it_waits_for_another_process(data_dir, tmp_path, capfd):
+    """Under `cse-kit report --jobs`, a notebook that needs a run another notebook is training waits for it; the
+    wait is a progress line (shown on the console as it starts), not a warning at the notebook's end."""
+    import subprocess
+    import sys
+
+    s = ex.setup("smoke", [], str(data_dir), str(tmp_path))
+    subject = Pretrained("smoke-bert", "avg", "smoke")
+    key = s.store.key(subject)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import time; from cse_kit.results import ResultStore; "
+        f"ResultStore({str(tmp_path)!r}, {str(data_dir)!r}).lock({key!r}).acquire(); print('held', flush=True); "
+        "time.sleep(3)")], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capfd.readouterr()
+        record = s.store.get(subject, ("sts_dev",))  # waits for the holder to exit, then computes
+    finally:
+        holder.kill()
+    assert "sts_dev" in record["metrics"]
+    err = capfd.readouterr().err
+    assert f"{ex.PROGRESS_PREFIX}waiting for run {key}: another process is computing it" in err
+    assert "Warning" not in err
+
+
 def test_results_from_unverified_data_never_land_under_the_clean_key(data_dir, tmp_path, monkeypatch):
     subject = Pretrained("smoke-bert", "avg", "smoke")
     clean = record_key(subject, data_dir)

@@ -1,0 +1,104 @@
+"""The report's wall time and CPU-seconds (issue 23: the smoke report of all four papers within 10 minutes; the cpu
+report measured end to end).
+
+  python bench/report_speed.py [--profile smoke] [--paper P ...] [--only NOTEBOOK ...] [--jobs N]
+                               [--data-dir data] [--keep DIR]
+      # `cse-kit report` into an empty results store and report folder (temporary, or DIR, where a second call
+      # resumes), its console streamed; then the wall time, the CPU-seconds of the report and everything it started
+      # (kernels, workers), and each notebook's seconds, slowest first
+  python bench/report_speed.py --logs LOG [LOG ...]
+      # the same table from saved consoles of `cse-kit report` (a report run in parts, one log a part): each
+      # notebook's last outcome, and their sum
+
+Wall times depend on the machine's load: run it on an idle machine, and say so beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: `cse-kit report`'s line that ends a notebook: "[3/10] table1_sts: ok (623 s)"
+OUTCOME = re.compile(r"^\[\d+/\d+\] (?P<name>\S+): (?P<status>ok|failed|reused) \((?P<seconds>\d+) s\)")
+SMOKE_TARGET_S = 600
+
+
+def outcomes(lines) -> dict[str, tuple[str, int]]:
+    """notebook -> (status, seconds) of its last outcome line."""
+    found = {}
+    for line in lines:
+        match = OUTCOME.match(line)
+        if match:
+            found[match["name"]] = (match["status"], int(match["seconds"]))
+    return found
+
+
+def minutes(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return (f"{hours} h " if hours else "") + f"{rest // 60} min {rest % 60} s"
+
+
+def print_table(found: dict[str, tuple[str, int]]) -> None:
+    width = max((len(n) for n in found), default=8)
+    for name, (status, seconds) in sorted(found.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {name:<{width}}  {status:<6}  {seconds:>6} s")
+    failed = [n for n, (status, _) in found.items() if status == "failed"]
+    print(f"{len(found)} notebooks, sum of their times {minutes(sum(s for _, s in found.values()))}"
+          + (f"; FAILED: {', '.join(failed)}" if failed else "; none failed"))
+
+
+def run_report(args) -> None:
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="report-speed-"))
+    command = [sys.executable, "-m", "cse_kit.cli", "report", "--profile", args.profile, "--data-dir",
+               str(Path(args.data_dir).resolve()), "--results-dir", str(folder / "results"), "--out",
+               str(folder / "report")]
+    for flag, values in (("--paper", args.paper), ("--only", args.only)):
+        if values:
+            command += [flag, *values]
+    if args.jobs:
+        command += ["--jobs", str(args.jobs)]
+    print(" ".join(command), flush=True)
+    start = time.perf_counter()
+    lines = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as report:
+        for line in report.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+    wall = time.perf_counter() - start
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"\nexit status {report.returncode}; folder {folder}")
+    print_table(outcomes(lines))
+    print(f"wall {minutes(wall)} ({wall:.0f} s), CPU {children.ru_utime + children.ru_stime:,.0f} s "
+          f"(user {children.ru_utime:,.0f} s, system {children.ru_stime:,.0f} s)")
+    if args.profile == "smoke" and not (args.paper or args.only):
+        print(f"target: the whole smoke report within {SMOKE_TARGET_S // 60} min: "
+              f"{'met' if wall <= SMOKE_TARGET_S else 'NOT met'}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", default="smoke", help="smoke, cpu or paper (default smoke)")
+    p.add_argument("--paper", nargs="+", help="these papers only (cse-kit report --paper)")
+    p.add_argument("--only", nargs="+", help="these notebooks only (cse-kit report --only)")
+    p.add_argument("--jobs", type=int, help="notebooks at once (default: the report's)")
+    p.add_argument("--data-dir", default="data", help="the data directory (default data/)")
+    p.add_argument("--keep", help="results store and report under this folder, kept (a second call resumes)")
+    p.add_argument("--logs", nargs="+", help="print the table of these saved report consoles; run nothing")
+    args = p.parse_args(argv)
+    if args.logs:
+        found = {}
+        for log in args.logs:
+            found.update(outcomes(Path(log).read_text().splitlines()))
+        print_table(found)
+    else:
+        run_report(args)
+
+
+if __name__ == "__main__":
+    main()
