@@ -192,6 +192,32 @@ def test_batched_classifier_matches_sentevals_sequential_training(mode, odd_one)
         assert a == pytest.approx(ref, abs=1.5 / nvalid)  # at most one validation example apart
 
 
+def test_groups_whose_fits_all_stopped_are_no_longer_computed(monkeypatch):
+    """The lock-step loop computes only the row groups with a fit still training (a third of the work on real
+    tasks was stopped groups), and every fit still ends as SentEval's own sequential training leaves it."""
+    rng = np.random.RandomState(2)
+    n, d = 500, 8
+    X = torch.from_numpy(rng.randn(n, d).astype(np.float32))
+    y = torch.from_numpy((X[:, 0] + 1.5 * rng.randn(n).astype(np.float32) > 0).long().numpy())
+    cfg = CONFIGS["test"]
+    folds = [(np.delete(np.arange(n), np.arange(k, n, 5)), np.arange(k, n, 5)) for k in range(5)]
+    fits = [Fit(tr, l2, valid=va) for tr, va in folds for l2 in (1e-5, 1e-2)]
+    groups_computed = []
+    einsum = torch.einsum
+
+    def counting(equation, *operands):
+        if equation == "gbd,grcd->grbc":
+            groups_computed.append(operands[0].shape[0])
+        return einsum(equation, *operands)
+
+    monkeypatch.setattr(torch, "einsum", counting)
+    _, _, acc = fit_many(X, y, fits, 2, cfg, 1111)
+    assert max(groups_computed) == len(folds) and min(groups_computed) < len(folds)
+    for f, a in zip(fits, acc):
+        ref, _ = _sentevals_own_fit(X, y, f.train, f.valid, f.l2, cfg, 1111, 2)
+        assert a == pytest.approx(ref, abs=1.5 / len(f.valid))
+
+
 def test_initial_weights_equal_a_seeded_nn_linear():
     w, b = initial_weights(384, 6, 1111)
     with torch.random.fork_rng():
