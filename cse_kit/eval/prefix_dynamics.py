@@ -67,15 +67,8 @@ def representation_divergence(encoder, tokenizer, table: torch.Tensor, template_
     """δ (Eq. 6): the mean over `sentences` of ‖f(x; θ1) − f(x; θ2)‖², f the L2-normalised [MASK] state of the
     template, the encoder in eval mode; θ1 is rows 0..l-1 of the prefix `table` (2l, layers * 2 * hidden), θ2 rows
     l..2l-1. `max_seq_length` truncates each sentence's sub-words before it is filled in (None: whole sentences)."""
-    template = Template(tokenizer, template_text)
-    table = _checked_table(encoder, table, prefix_len)
-    total = 0.0
-    with _mode(encoder, training=False), torch.no_grad():
-        for ids, mask in _templated_batches(tokenizer, template, sentences, batch_size, max_seq_length,
-                                            _device(encoder)):
-            first, second = (_prefix_view(encoder, template, ids, mask, table, prefix) for prefix in (0, 1))
-            total += float(((first - second) ** 2).sum())
-    return total / len(sentences)
+    return snapshot_measures(encoder, tokenizer, table, template_text, sentences, prefix_len, batch_size,
+                             max_seq_length)[0]
 
 
 def dropout_divergence(encoder, tokenizer, template_text: str, sentences: list[str], batch_size: int = 64,
@@ -111,25 +104,41 @@ def weight_convergence(encoder, tokenizer, table: torch.Tensor, template_text: s
     sentences and the two prefixes (θ1: table rows 0..l-1, θ2: rows l..2l-1), then κ = mean over layers of
     (κ_k^m + κ_v^m) / 2. The encoder is in eval mode. Needs BERT-style layers
     (`encoder.encoder.layer[m].attention.self.key` / `.value`)."""
+    return snapshot_measures(encoder, tokenizer, table, template_text, sentences, prefix_len, batch_size,
+                             max_seq_length)[1]
+
+
+def snapshot_measures(encoder, tokenizer, table: torch.Tensor, template_text: str, sentences: list[str],
+                      prefix_len: int, batch_size: int = 64,
+                      max_seq_length: int | None = None) -> tuple[float, WeightConvergence]:
+    """(δ, κ) of one prefix table from one pass of each batch through each prefix: δ reads the pass's last layer at
+    [MASK], κ its layers' inputs (half the work of measuring them apart: a snapshot of Figure 3 on the cpu profile
+    was two passes of 1,000 sentences through both prefixes)."""
     template = Template(tokenizer, template_text)
     table = _checked_table(encoder, table, prefix_len)
     projections = _key_value_projections(encoder)
     layers, hidden = encoder.config.num_hidden_layers, encoder.config.hidden_size
     token_norms = torch.zeros(layers, 2, dtype=torch.float64)  # (layer, key/value): summed over sentences, prefixes
+    divergence = 0.0
     with _mode(encoder, training=False), torch.no_grad():
         for ids, mask in _templated_batches(tokenizer, template, sentences, batch_size, max_seq_length,
                                             _device(encoder)):
+            views = []
             for prefix in (0, 1):
-                hidden_states = encode_with_prefix(encoder, ids, mask, table.expand(len(ids), -1, -1),
-                                                   _prefix_mask(len(ids), prefix, prefix_len, ids.device),
-                                                   output_hidden_states=True).hidden_states
+                out = encode_with_prefix(encoder, ids, mask, table.expand(len(ids), -1, -1),
+                                         _prefix_mask(len(ids), prefix, prefix_len, ids.device),
+                                         output_hidden_states=True)
+                views.append(_normalised_mask_states(out, ids, template))
                 for m, pair in enumerate(projections):  # hidden_states[m] is layer m's input
                     for j, projection in enumerate(pair):
-                        token_norms[m, j] += _mean_row_norms(projection(hidden_states[m]), mask).sum().double().cpu()
+                        norms = _mean_row_norms(projection(out.hidden_states[m]), mask)
+                        token_norms[m, j] += norms.sum().double().cpu()
+            divergence += float(((views[0] - views[1]) ** 2).sum())
     # the table as the cache reads it: (rows, layers, key/value, hidden), both prefixes' rows weighted alike
     prefix_norms = table.view(2 * prefix_len, layers, 2, hidden).double().norm(dim=-1).mean(0).cpu()
     kappa = token_norms / (2 * len(sentences)) - prefix_norms
-    return WeightConvergence(kappa=float(kappa.mean()), key=kappa[:, 0].tolist(), value=kappa[:, 1].tolist())
+    return divergence / len(sentences), WeightConvergence(kappa=float(kappa.mean()), key=kappa[:, 0].tolist(),
+                                                          value=kappa[:, 1].tolist())
 
 
 # --- a run's stage-1 curve -------------------------------------------------------------------------------------
@@ -162,10 +171,9 @@ def stage1_dynamics(run_dir, encoder, tokenizer, template_text: str, prefix_len:
     points = []
     for step, loss in zip(steps, interval_losses(run / "log.jsonl", steps)):
         table = load_file(str(snapshot_path(run, step)))["prefix"]
-        convergence = weight_convergence(table=table, prefix_len=prefix_len, **measure)
-        points.append({"step": step, "delta": representation_divergence(table=table, prefix_len=prefix_len, **measure),
-                       "kappa": convergence.kappa, "kappa_key": convergence.key, "kappa_value": convergence.value,
-                       "loss": loss})
+        delta, convergence = snapshot_measures(table=table, prefix_len=prefix_len, **measure)
+        points.append({"step": step, "delta": delta, "kappa": convergence.kappa, "kappa_key": convergence.key,
+                       "kappa_value": convergence.value, "loss": loss})
     result = {"points": points, "dropout_delta": dropout_divergence(seed=seed, **measure)}
     write_json_atomic(cache_path, {**cache, key: result})
     return result
@@ -232,16 +240,12 @@ def _prefix_mask(rows: int, prefix: int, prefix_len: int, device) -> torch.Tenso
     return prefix_half_mask(torch.full((rows,), prefix, device=device), prefix_len)
 
 
-def _prefix_view(encoder, template: Template, ids, mask, table: torch.Tensor, prefix: int) -> torch.Tensor:
-    prefix_len = len(table) // 2
-    out = encode_with_prefix(encoder, ids, mask, table.expand(len(ids), -1, -1),
-                             _prefix_mask(len(ids), prefix, prefix_len, ids.device))
+def _normalised_mask_states(out, ids, template: Template) -> torch.Tensor:
     return F.normalize(mask_states(out.last_hidden_state, ids, template.mask_token_id).float(), dim=-1)
 
 
 def _plain_view(encoder, template: Template, ids, mask) -> torch.Tensor:
-    out = encoder(input_ids=ids, attention_mask=mask, return_dict=True)
-    return F.normalize(mask_states(out.last_hidden_state, ids, template.mask_token_id).float(), dim=-1)
+    return _normalised_mask_states(encoder(input_ids=ids, attention_mask=mask, return_dict=True), ids, template)
 
 
 def _key_value_projections(encoder) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
