@@ -183,6 +183,8 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
         every = len(live) == G
         live_t = torch.from_numpy(live).to(device)
         g = len(live)
+        # the stopped groups' rows of every step stay zero (opt.step reads the step, never writes it): one buffer
+        full_step = None if every else torch.zeros(G, R, nclasses, D + 1, dtype=P.dtype, device=device)
         for _ in range(cfg.epoch_size):
             perms = {key: rng.permutation(ntrain[key]) for key, rng in rngs.items()}  # drawn for every group
             o_idx, o_mask = (t.to(device) for t in _pad([train_rows[groups[i][0]][perms[keys[groups[i][0]]]]
@@ -209,8 +211,7 @@ def fit_many(X: torch.Tensor, y: torch.Tensor, fits: list[Fit], nclasses: int, c
                 dW = torch.einsum("grbc,gbd->grcd", grad, xb)
                 step = torch.cat([dW, grad.sum(2).unsqueeze(-1)], -1)
                 if not every:
-                    step = torch.zeros(G, *step.shape[1:], dtype=step.dtype, device=device).index_copy_(0, live_t,
-                                                                                                        step)
+                    step = full_step.index_copy_(0, live_t, step)
                 opt.step(step.view(M, nclasses, D + 1), l2, None if stepping.all() else stepping)
         nepoch += cfg.epoch_size
         # validation accuracy of every slice: one GEMM over all rows, then each slice's rows
