@@ -22,6 +22,7 @@ from traitlets.config import Config
 
 from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from .comparison import TITLE as COMPARISON_TITLE
+from .data import resolve_data_dir
 from .experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, resolve_profile
 from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
@@ -506,6 +507,24 @@ def default_jobs(profile: str) -> int:
     return max(1, min(4, os.cpu_count() or 1)) if profile == "smoke" else 1
 
 
+def machine_paths(results_dir: Path, data_dir: Path) -> dict[str, str]:
+    """The machine's paths a shared page names instead: the results store, the data, the kit, Python's packages and
+    the home directory (a training header names its output folder; a warning, its source file)."""
+    import sysconfig
+
+    paths = {results_dir: "<results-dir>", data_dir: "<data-dir>", ROOT: "<cse-kit>",
+             Path(sysconfig.get_paths()["purelib"]): "<site-packages>", Path.home(): "~"}
+    return {str(Path(path).resolve()): name for path, name in paths.items() if len(Path(path).resolve().parts) > 1}
+
+
+def without_machine_paths(text: str, paths: dict[str, str]) -> str:
+    """text with each machine path (longest first, so the results store inside the kit keeps its own name) replaced
+    by its name; only whole paths: `/data` inside a URL or a longer path is left alone."""
+    for path in sorted(paths, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w./:-]){re.escape(path)}(?![\w.-])", lambda _: paths[path], text)
+    return text
+
+
 def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, force: bool = False,
           only: list[str] | None = None, log=print, papers: list[str] | None = None, jobs: int | None = None) -> Path:
     """Execute or reuse each selected notebook (`jobs` at once; default_jobs(profile) when None), then write
@@ -547,7 +566,9 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
                        tally=html.escape(tally_text(lines, profile)), coverage=coverage_html(lines, profile),
                        sections=sections_html(names, sections, shown_papers),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))
-    index = write_text_atomic(out_dir / "index.html", page)
+    shared = {html.escape(path): html.escape(name) for path, name in machine_paths(
+        Path(results_dir or default_results_dir()), resolve_data_dir(data_dir)).items()}
+    index = write_text_atomic(out_dir / "index.html", without_machine_paths(page, shared))
     write_json_atomic(out_dir / "report.json", {"profile": profile, "coverage": lines, "runs": [
         {**r, "path": str(r["path"])} for r in runs]})
     return index

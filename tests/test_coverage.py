@@ -105,3 +105,15 @@ def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_not
             row = row.removeprefix(f"{number}: ")  # a notebook of several tables prefixes its rows' labels
             # sweeps (Tables 7, 8) are printed transposed: the notebook's row is the paper's column
             assert {row, column} <= set(table.index) | set(table.columns), (key, artefact, row, column)
+
+
+def test_the_page_names_the_machine_paths_a_notebook_printed(tmp_path):
+    results, data = tmp_path / "store", tmp_path / "data"
+    paths = report.machine_paths(results, data)
+    text = (f"output {results}/runs/ab12; {report.ROOT}/cse_kit/results.py:276: UserWarning: x; "
+            f"missing from {data}: see https://example.org{data}/x, {data}2 and {report.ROOT}ly")
+    assert report.without_machine_paths(text, paths) == (
+        "output <results-dir>/runs/ab12; <cse-kit>/cse_kit/results.py:276: UserWarning: x; "
+        f"missing from <data-dir>: see https://example.org{data}/x, {data}2 and {report.ROOT}ly")
+    inside = report.machine_paths(report.ROOT / "reports" / "results", data)  # the default store, inside the kit
+    assert report.without_machine_paths(f"{report.ROOT}/reports/results/runs/a", inside) == "<results-dir>/runs/a"

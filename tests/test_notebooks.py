@@ -254,6 +254,7 @@ def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_di
     assert [r["status"] for r in json.loads((out / "report.json").read_text())["runs"]] == ["reused", "reused"]
     assert not killed.exists()
     assert "PosixPath(" not in page  # no notebook's last cell shows a machine path
+    assert not [p for p in (results_dir, data_dir, report.ROOT) if str(p) in page]  # nor any printed output
 
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
