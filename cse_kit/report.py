@@ -514,7 +514,8 @@ def machine_paths(results_dir: Path, data_dir: Path) -> dict[str, str]:
 
     paths = {results_dir: "<results-dir>", data_dir: "<data-dir>", ROOT: "<cse-kit>",
              Path(sysconfig.get_paths()["purelib"]): "<site-packages>", Path.home(): "~"}
-    return {str(Path(path).resolve()): name for path, name in paths.items() if len(Path(path).resolve().parts) > 1}
+    resolved = {Path(path).resolve(): name for path, name in paths.items()}
+    return {str(path): name for path, name in resolved.items() if len(path.parts) > 1}  # never the root itself
 
 
 def without_machine_paths(text: str, paths: dict[str, str]) -> str:
