@@ -75,7 +75,7 @@ def cmd_eval(args) -> int:
     from .eval import Encoder, evaluate, format_tables, parse_tasks
     from .io import write_json_atomic
     from .models import load_model, resolve_reference
-    from .train.export import template_of
+    from .train.export import prompt_reading_of
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
@@ -83,7 +83,7 @@ def cmd_eval(args) -> int:
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
                       max_length=args.max_length, device=args.device, amp=args.amp,
-                      template=args.template or template_of(args.model))
+                      template=args.template or prompt_reading_of(args.model))
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:

@@ -9,7 +9,10 @@ tokenized whole, untruncated: DiffAug evaluation.py:79-87). For BERT's tokenizer
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+from torch import nn
 
 #: PromptBERT's BERT template (its id "00", DiffAug utils.py:39 and evaluation.py:45); *sent0* is the sentence,
 #: *mask* the tokenizer's mask token
@@ -66,3 +69,67 @@ def mask_states(last_hidden: torch.Tensor, input_ids: torch.Tensor, mask_token_i
 def sentence_lengths(attention_mask: torch.Tensor, template: Template) -> torch.Tensor:
     """Sub-words of the sentence in each templated row."""
     return attention_mask.sum(-1) - len(template)
+
+
+def first_position(encoder: nn.Module) -> int:
+    """The position id an encoder gives a row's first token: RoBERTa's embeddings count from padding_idx + 1
+    (create_position_ids_from_input_ids), BERT's from 0."""
+    embeddings = encoder.embeddings
+    return embeddings.padding_idx + 1 if hasattr(embeddings, "create_position_ids_from_input_ids") else 0
+
+
+def with_period(sentence: str) -> str:
+    """The sentence with "." appended unless it is empty or ends in one of . ? " ' (PromptBERT's evaluation.py:201;
+    "!" is not among them)."""
+    return sentence + "." if sentence and sentence[-1] not in ".?\"'" else sentence
+
+
+#: PromptReading.head: what the trained head is and where it sits. mlm_transform: BERT's MLM-head transform (dense,
+#: activation, LayerNorm) on the [MASK] state and on the template rows, before the subtraction (PromptBERT's
+#: evaluation.py:295-302); mlp: Linear + tanh after it (:305-307)
+PROMPT_HEADS = ("mlm_transform", "mlp")
+
+
+@dataclass(frozen=True)
+class PromptReading:
+    """How the prompt poolers read a sentence, beyond the pooler's [MASK] state and its denoising.
+
+    template: the template text (*sent0*, *mask*). fill: "text" fills the sentence into the template as text and
+    tokenizes the whole (PromptBERT's and DiffAug's evaluation.py), "ids" wraps the sentence's own sub-words in the
+    template's ids (PromptBERT's dev evaluation, models.py:307-335; for BERT the two agree). append_period: the
+    "." rule of `with_period`. denoise_positions: where the empty template's positions start, "from-zero" (the
+    official get_delta) or "sentence" (the position the encoder gives a row's first token: the paper's denoising).
+    head / head_kind: a trained head (PROMPT_HEADS) and its kind, or None."""
+
+    template: str
+    fill: str = "text"
+    append_period: bool = False
+    denoise_positions: str = "from-zero"
+    head: nn.Module | None = None
+    head_kind: str | None = None
+
+    def __post_init__(self):
+        if self.fill not in ("text", "ids"):
+            raise ValueError(f"unknown prompt fill {self.fill!r}; choose text or ids")
+        if self.denoise_positions not in ("from-zero", "sentence"):
+            raise ValueError(f"unknown denoise_positions {self.denoise_positions!r}; choose from-zero or sentence")
+        if (self.head is None) != (self.head_kind is None) or self.head_kind not in (None, *PROMPT_HEADS):
+            raise ValueError(f"a prompt head needs its kind, one of {', '.join(PROMPT_HEADS)}; got {self.head_kind!r}")
+
+    def describe(self) -> dict:
+        """What cse_kit.json records (the head's weights are saved beside it)."""
+        return {"template": self.template, "fill": self.fill, "append_period": self.append_period,
+                "denoise_positions": self.denoise_positions, "head": self.head_kind}
+
+
+def build_prompt_head(kind: str, config) -> nn.Module:
+    """A freshly made head of `kind` (PROMPT_HEADS) for an encoder of `config`, to load saved weights into."""
+    if kind == "mlm_transform":
+        from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
+
+        return BertPredictionHeadTransform(config)
+    if kind == "mlp":
+        from .methods.contrastive import MLPProjector
+
+        return MLPProjector(config.hidden_size)
+    raise ValueError(f"unknown prompt head {kind!r}; choose one of: {', '.join(PROMPT_HEADS)}")

@@ -284,7 +284,7 @@ class ResultStore:
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from .eval.encode import Encoder
-        from .train.export import template_of
+        from .train.export import prompt_reading_of
         from .train.loop import load_encoder
 
         model_dir = record["model_dir"]
@@ -294,7 +294,7 @@ class ResultStore:
                 raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({model_dir}); "
                                         "rerun with force=True to retrain it")
         tokenizer, model = load_encoder(model_dir)
-        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=template_of(model_dir))
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=prompt_reading_of(model_dir))
 
 
 def transfer_sample(profile: str | None) -> int | None:

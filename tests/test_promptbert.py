@@ -11,9 +11,9 @@ import torch
 from cse_kit.eval.encode import Encoder, pad_ids
 from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, rewrap
 from cse_kit.models import build_smoke_model, load_model
-from cse_kit.prompt import Template, mask_states
+from cse_kit.prompt import Template, first_position, mask_states
 from cse_kit.train import PRESETS, build_config, train
-from cse_kit.train.export import template_of
+from cse_kit.train.export import prompt_reading_of
 
 PROMPTBERT_PRESETS = [p for p, (_, s) in PRESETS.items() if s["method"] == "promptbert"]
 SENTENCES = ["A man is playing a guitar.", "Two dogs run through the snow, chasing a red ball!", "The cat sleeps."]
@@ -37,9 +37,12 @@ def test_presets_carry_the_official_scripts_settings():
         assert (cfg.max_seq_length, cfg.temp, cfg.eval_steps, cfg.metric, cfg.denoise) == \
             (32, 0.05, 125, "stsb_spearman", True)
         assert cfg.data == ("NLI" if "sup" in preset else "Wiki1M")
-        assert cfg.promptbert_options() == {"denoise_positions": "sentence"}
+        assert cfg.promptbert_options() == {"denoise_positions": "sentence", "promptbert_test": "plain",
+                                            "promptbert_dev": "test"}
     assert build_config("promptbert-bert", "paper", ["promptbert_variant=official-code"]).promptbert_options() == \
-        {"denoise_positions": "from-zero"}
+        {"denoise_positions": "from-zero", "promptbert_test": "official", "promptbert_dev": "official"}
+    assert build_config("promptbert-bert", "paper", ["promptbert_variant=official-code", "promptbert_dev=test"]) \
+        .promptbert_options()["promptbert_dev"] == "test"
     assert build_config("promptbert-bert", "cpu").batch_size == 64  # 8 steps on the cpu profile's 512 sentences
 
 
@@ -50,6 +53,8 @@ def test_presets_carry_the_official_scripts_settings():
     ({"mlm_transform": True}, "projector=none"),
     ({"denoise_positions": "middle"}, "denoise_positions"),
     ({"promptbert_variant": "code"}, "promptbert_variant"),
+    ({"promptbert_test": "evaluation.py"}, "promptbert_test"),
+    ({"promptbert_dev": "denoised"}, "promptbert_dev"),
 ])
 def test_settings_that_cannot_work_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -112,19 +117,24 @@ def test_every_promptbert_preset_trains_on_the_smoke_profile_and_evaluates_as_it
     assert len(losses) == 4 and all(np.isfinite(losses))
     meta = json.loads((run / "model" / "cse_kit.json").read_text())
     assert (meta["method"], meta["pooler"], meta["template"]) == ("promptbert", cfg.pooler, cfg.template)
-    # the export is the plain encoder; the kit evaluates it at the first template's [MASK], as the official
-    # evaluation (denoised for the supervised scripts), with the pooler and template its cse_kit.json states
+    # the paper variant's export is the plain encoder, read at the first template's [MASK] with the sentence as
+    # given and no head (denoised for the supervised scripts, at the positions training denoised at), as its
+    # cse_kit.json states
+    assert meta["prompt"] == {"template": cfg.template, "fill": "text", "append_period": False,
+                              "denoise_positions": "sentence", "head": None}
+    assert not (run / "model" / "prompt_head.safetensors").exists()
     tokenizer, model = load_model(str(run / "model"))
     assert type(model).__name__ == ("RobertaModel" if "roberta" in preset else "BertModel")
-    template = Template(tokenizer, template_of(run / "model"))
-    got = Encoder(model, tokenizer, meta["pooler"], progress=False, template=template.text).encode(SENTENCES)
+    reading = prompt_reading_of(run / "model")
+    template = Template(tokenizer, reading.template)
+    got = Encoder(model, tokenizer, meta["pooler"], progress=False, template=reading).encode(SENTENCES)
     ids, mask = pad_ids([tokenizer(template.wrap_text(s))["input_ids"] for s in SENTENCES], tokenizer.pad_token_id)
     empty = torch.tensor([template.before + template.after])
     with torch.no_grad():
         want = mask_states(model(input_ids=ids, attention_mask=mask).last_hidden_state, ids, template.mask_token_id)
         if meta["pooler"] == "prompt_mask_denoised":  # minus the empty template's state at the sentence's length
             for i, n in enumerate((mask.sum(-1) - len(template)).tolist()):
-                positions = torch.arange(len(template))
+                positions = torch.arange(len(template)) + first_position(model)
                 positions[len(template.before):] += n
                 out = model(input_ids=empty, position_ids=positions[None]).last_hidden_state
                 want[i] -= mask_states(out, empty, template.mask_token_id)[0]

@@ -10,7 +10,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
+from ..prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths, with_period
 
 #: name -> what it reads off the model. The pooler is part of every result; it is never guessed.
 POOLERS = {
@@ -24,8 +24,9 @@ POOLERS = {
                     "and ESimCSE's evaluation.py call avg_first_last",
     "prompt_mask": "last layer at [MASK] of a prompt template (PromptBERT; DiffAug at test time), default template "
                    "'This sentence of \"[X]\" means [MASK] .'",
-    "prompt_mask_denoised": "prompt_mask minus the [MASK] state of the empty template at the sentence's positions "
-                            "(PromptBERT's template denoising)",
+    "prompt_mask_denoised": "prompt_mask minus the [MASK] state of the empty template at the sentence's length, its "
+                            "positions from 0 unless the model's cse_kit.json says otherwise (PromptBERT's template "
+                            "denoising)",
 }
 PROMPT_POOLERS = ("prompt_mask", "prompt_mask_denoised")
 
@@ -35,7 +36,7 @@ PROMPT_POOLERS = ("prompt_mask", "prompt_mask_denoised")
 _TOKEN_IDS: dict[tuple, dict[str, np.ndarray]] = {}
 
 
-def _tokenizer_key(tokenizer, max_length: int | None) -> tuple:
+def _tokenizer_key(tokenizer, max_length: int | None, special_tokens: bool) -> tuple:
     """What decides a text's ids: the tokenizer's definition (a fast tokenizer's serialised pipeline, with its
     vocabulary, normaliser and special tokens; a slow one's vocabulary), its class and special tokens, the length
     cap. Not its path: every trained model is saved with its own copy of the tokenizer, and a path key tokenized the
@@ -43,16 +44,18 @@ def _tokenizer_key(tokenizer, max_length: int | None) -> tuple:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     definition = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
     return (type(tokenizer).__name__, hashlib.sha256(definition.encode()).hexdigest(), len(tokenizer),
-            tuple(sorted(tokenizer.special_tokens_map.items(), key=str)), max_length)
+            tuple(sorted(tokenizer.special_tokens_map.items(), key=str)), max_length, special_tokens)
 
 
-def token_ids(tokenizer, texts: list[str], max_length: int | None = None) -> list[np.ndarray]:
-    """The texts' input ids with special tokens (truncated to max_length when given), each text tokenized once per
-    process and tokenizer; kept as int32 arrays (a fifth of the memory of Python lists)."""
-    known = _TOKEN_IDS.setdefault(_tokenizer_key(tokenizer, max_length), {})
+def token_ids(tokenizer, texts: list[str], max_length: int | None = None,
+              special_tokens: bool = True) -> list[np.ndarray]:
+    """The texts' input ids, with special tokens unless special_tokens=False (truncated to max_length when given),
+    each text tokenized once per process and tokenizer; kept as int32 arrays (a fifth of the memory of Python
+    lists)."""
+    known = _TOKEN_IDS.setdefault(_tokenizer_key(tokenizer, max_length, special_tokens), {})
     new = [t for t in dict.fromkeys(texts) if t not in known]
     if new:
-        ids = tokenizer(new, add_special_tokens=True, truncation=max_length is not None,
+        ids = tokenizer(new, add_special_tokens=special_tokens, truncation=max_length is not None,
                         max_length=max_length)["input_ids"]
         known.update(zip(new, (np.asarray(x, dtype=np.int32) for x in ids)))
     return [known[t] for t in texts]
@@ -122,11 +125,15 @@ class Encoder:
     """Encodes sentences with a model and a pooler, each distinct sentence once (embeddings are kept until
     `clear()`), in batches of similar length, without truncation unless max_length is given (as SentEval).
     fp32, as the papers' SentEval: AMP (bf16 where supported, else fp16) on CUDA only when amp=True (it moved
-    transfer accuracy by up to 0.8 points on an H100), and then recorded with the result."""
+    transfer accuracy by up to 0.8 points on an H100), and then recorded with the result.
+
+    The prompt poolers read `template`: a template text (filled with text, denoised from position 0, no head: the
+    official evaluation.py's defaults) or a PromptReading (cse_kit.prompt), as a kit-trained model's cse_kit.json
+    states it (cse_kit.train.export.prompt_reading_of)."""
 
     def __init__(self, model, tokenizer, pooler: str, *, batch_size: int = 128, max_tokens: int | None = None,
                  max_length: int | None = None, device: str | torch.device | None = None, amp: bool = False,
-                 progress: bool = True, template: str | None = None):
+                 progress: bool = True, template: str | PromptReading | None = None):
         from ..models import newly_initialized
 
         self.pooler = check_pooler(pooler)
@@ -144,8 +151,10 @@ class Encoder:
         self.max_length = max_length
         self.amp = amp
         self.progress = progress
-        # the prompt poolers fill each sentence into the template as text, as DiffAug's evaluation.py:79-87
-        self.template = Template(tokenizer, template or PROMPTBERT_BERT) if pooler in PROMPT_POOLERS else None
+        self.reading = template if isinstance(template, PromptReading) else PromptReading(template or PROMPTBERT_BERT)
+        self.template = Template(tokenizer, self.reading.template) if pooler in PROMPT_POOLERS else None
+        # a trained head holds no dropout: the objective's own module is read as it is during training
+        self.head = self.reading.head.to(self.device) if self.template and self.reading.head else None
         self._deltas: dict[int, torch.Tensor] = {}  # empty-template [MASK] state by sentence length
         self.seconds = 0.0  # time spent encoding (tokenization included)
         self._cache: dict[str, np.ndarray] = {}
@@ -158,19 +167,47 @@ class Encoder:
         self._cache.clear()
         self._deltas.clear()
 
+    def _head_before(self, states: torch.Tensor) -> torch.Tensor:
+        return self.head(states) if self.reading.head_kind == "mlm_transform" else states
+
     def _denoise(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Minus the empty template's [MASK] state at each sentence's length (positions after the model's prefix,
-        if it has one), computed once per length."""
+        """Minus the empty template's [MASK] state at each sentence's length (through a head that reads before the
+        subtraction), computed once per length. Its positions start after the model's prefix, if it has one, and
+        from the position of a row's first token when the reading says "sentence"."""
         lengths = sentence_lengths(attention_mask, self.template)
         missing = sorted(set(lengths.tolist()) - set(self._deltas))
         if missing:
-            ids, positions = self.template.denoising_inputs(torch.tensor(missing, device=pooled.device),
-                                                            offset=getattr(self.model, "prefix_length", 0))
+            offset = getattr(self.model, "prefix_length", 0)
+            if self.reading.denoise_positions == "sentence":
+                offset += first_position(self.model)
+            ids, positions = self.template.denoising_inputs(torch.tensor(missing, device=pooled.device), offset=offset)
             out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions,
                              return_dict=True)
-            for n, row in zip(missing, mask_states(out.last_hidden_state, ids, self.template.mask_token_id)):
+            states = self._head_before(mask_states(out.last_hidden_state, ids, self.template.mask_token_id))
+            for n, row in zip(missing, states):
                 self._deltas[n] = row
         return pooled - torch.stack([self._deltas[n] for n in lengths.tolist()])
+
+    def _prompt_vectors(self, out, batch: dict) -> torch.Tensor:
+        """The [MASK] state, through the reading's head before or after the denoising (PromptBERT's
+        evaluation.py:292-307)."""
+        vectors = self._head_before(mask_states(out.last_hidden_state, batch["input_ids"], self.template.mask_token_id))
+        if self.pooler == "prompt_mask_denoised":
+            vectors = self._denoise(vectors, batch["attention_mask"])
+        return self.head(vectors) if self.reading.head_kind == "mlp" else vectors
+
+    def _token_ids(self, sentences: list[str]) -> list[np.ndarray]:
+        """Each sentence's input ids: in the template when the pooler reads one, filled with text and tokenized
+        whole (evaluation.py:193-233 of PromptBERT, :79-87 of DiffAug) or its own sub-words wrapped in the
+        template's ids (PromptBERT's dev evaluation, models.py:307-335)."""
+        if not self.template:
+            return token_ids(self.tokenizer, sentences, self.max_length)
+        if self.reading.append_period:
+            sentences = [with_period(s) for s in sentences]
+        if self.reading.fill == "ids":
+            return [np.asarray(self.template.wrap_ids(x), dtype=np.int32)
+                    for x in token_ids(self.tokenizer, sentences, self.max_length, special_tokens=False)]
+        return token_ids(self.tokenizer, [self.template.wrap_text(s) for s in sentences], self.max_length)
 
     def _autocast(self):
         if not self.amp or self.device.type != "cuda":
@@ -182,8 +219,7 @@ class Encoder:
         from tqdm import tqdm
 
         start = time.perf_counter()
-        texts = [self.template.wrap_text(s) for s in sentences] if self.template else sentences
-        ids = token_ids(self.tokenizer, texts, self.max_length)
+        ids = self._token_ids(sentences)
         batches = length_batches(np.array([len(x) for x in ids]), self.batch_size, self.max_tokens)
         need_hidden = self.pooler not in ("cls", "cls_before_pooler", "avg", *PROMPT_POOLERS)
         cuda = self.device.type == "cuda"
@@ -201,9 +237,10 @@ class Encoder:
                 batch = {"input_ids": input_ids.to(self.device, non_blocking=True),
                          "attention_mask": mask.to(self.device, non_blocking=True)}
                 out = self.model(**batch, output_hidden_states=need_hidden, return_dict=True)
-                vectors = pool(out, batch["attention_mask"], self.pooler, batch["input_ids"], self.tokenizer.mask_token_id)
-                if self.pooler == "prompt_mask_denoised":
-                    vectors = self._denoise(vectors, batch["attention_mask"])
+                if self.template:
+                    vectors = self._prompt_vectors(out, batch)
+                else:
+                    vectors = pool(out, batch["attention_mask"], self.pooler)
                 pooled.append(vectors.float())
                 bar.update(input_ids.numel())
         embeddings = torch.cat(pooled).cpu().numpy()

@@ -5,7 +5,9 @@ Unsupervised: the two views of a sentence are the sentence in two different temp
 template, through a training-only Linear + tanh MLP, InfoNCE at τ. Supervised: NLI triplets (anchor, entailment,
 contradiction as hard negative), as the official supervised scripts: one template, denoising, and a head that the
 official evaluation keeps (sup-bert: BERT's pretrained MLM-head transform, applied before the denoising;
-sup-roberta: the MLP after it). The exported model is the plain encoder; `pooler` says how it is read at test time.
+sup-roberta: the MLP after it). The exported model is the plain encoder; `pooler` and the test reading
+(cse_kit.prompt.PromptReading, in its cse_kit.json, with the head's weights beside it where it keeps one) say how it
+is read at test time.
 
 Batches hold every view wrapped in the first template (`cfg.template`, cse_kit.train.data.tokenize). The second
 template is applied here, by re-wrapping the views after the first (`rewrap`): the data layer stays one template
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..eval.encode import PROMPT_POOLERS
-from ..prompt import PROMPTBERT_BERT, Template, mask_states
+from ..prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
 from .contrastive import MLPProjector, info_nce, init_like_official
 
 #: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
@@ -32,9 +34,19 @@ TEMPLATES = {"bert": (PROMPTBERT_BERT, 'This sentence : "*sent0*" means*mask*.')
 #: choice -> its values. denoise_positions: the position ids of the empty template that is subtracted: those its
 #: tokens have in the sentence's input ("sentence": the paper's template denoising; RoBERTa counts positions from
 #: padding_idx + 1) or 0, 1, ... whatever the model ("from-zero": get_delta's torch.arange, models.py:96, and
-#: evaluation.py:57). The two agree for BERT.
-CHOICES = {"denoise_positions": ("sentence", "from-zero")}
-VARIANTS = {"paper": {"denoise_positions": "sentence"}, "official-code": {"denoise_positions": "from-zero"}}
+#: evaluation.py:57). The two agree for BERT; the test and dev vectors' denoising follows the choice.
+#: promptbert_test: the exported test vector, "plain" (the sentence as given, no head: the kit's one protocol) or
+#: "official" (evaluation.py with run.sh's eargs: "." appended to a sentence without final punctuation, :201, and
+#: the trained head where the supervised scripts keep it, :104-117, 295-307).
+#: promptbert_dev: the checkpoint-selection vector, "test" (the test vector) or "official" (the trainer's dev
+#: evaluation, trainers.py:105-117 through sentemb_forward, models.py:275-375: the sentence's own sub-words wrapped
+#: in the template's ids, no ".", denoised whenever training denoises, :290-303, 364-368, through the head unless
+#: --mlp_only_train, :366-375).
+CHOICES = {"denoise_positions": ("sentence", "from-zero"), "promptbert_test": ("plain", "official"),
+           "promptbert_dev": ("test", "official")}
+VARIANTS = {"paper": {"denoise_positions": "sentence", "promptbert_test": "plain", "promptbert_dev": "test"},
+            "official-code": {"denoise_positions": "from-zero", "promptbert_test": "official",
+                              "promptbert_dev": "official"}}
 
 
 def rewrap(input_ids: torch.Tensor, attention_mask: torch.Tensor, source: Template, target: Template,
@@ -52,13 +64,6 @@ def rewrap(input_ids: torch.Tensor, attention_mask: torch.Tensor, source: Templa
     out = torch.where(pos >= end, after[(pos - end).clamp(0, len(after) - 1)], out)
     mask = pos < end + len(after)
     return torch.where(mask, out, pad_id), mask.long()
-
-
-def first_position(encoder: nn.Module) -> int:
-    """The position id an encoder gives a row's first token: RoBERTa's embeddings count from padding_idx + 1
-    (create_position_ids_from_input_ids), BERT's from 0."""
-    embeddings = encoder.embeddings
-    return embeddings.padding_idx + 1 if hasattr(embeddings, "create_position_ids_from_input_ids") else 0
 
 
 def bert_mlm_transform(ref: str, data_dir=None) -> nn.Module:
@@ -82,11 +87,13 @@ class PromptBERT(nn.Module):
 
     def __init__(self, encoder: nn.Module, tokenizer, *, template: str = PROMPTBERT_BERT, template2: str | None = None,
                  temp: float = 0.05, denoise: bool = True, mlp: bool = True, mlm_transform: nn.Module | None = None,
-                 hard_negative_weight: float = 0.0, pooler: str = "prompt_mask", denoise_positions: str = "sentence"):
+                 hard_negative_weight: float = 0.0, pooler: str = "prompt_mask", denoise_positions: str = "sentence",
+                 promptbert_test: str = "plain", promptbert_dev: str = "test"):
         super().__init__()
-        if denoise_positions not in CHOICES["denoise_positions"]:
-            raise ValueError(f"unknown denoise_positions {denoise_positions!r}; choose one of: "
-                             f"{', '.join(CHOICES['denoise_positions'])}")
+        for name, value in (("denoise_positions", denoise_positions), ("promptbert_test", promptbert_test),
+                            ("promptbert_dev", promptbert_dev)):
+            if value not in CHOICES[name]:
+                raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(CHOICES[name])}")
         if pooler not in PROMPT_POOLERS:
             raise ValueError(f"PromptBERT is read at a template's [MASK]: pooler must be one of "
                              f"{', '.join(PROMPT_POOLERS)}, got {pooler!r}")
@@ -98,7 +105,9 @@ class PromptBERT(nn.Module):
         self.template2 = Template(tokenizer, template2) if template2 else None
         self.pad_id, self.temp, self.denoise = tokenizer.pad_token_id, temp, denoise
         self.hard_negative_weight = hard_negative_weight
+        self.denoise_positions = denoise_positions
         self.position_offset = first_position(encoder) if denoise_positions == "sentence" else 0
+        self.official_test, self.official_dev = promptbert_test == "official", promptbert_dev == "official"
         # official heads: the pretrained MLM transform on every [MASK] state before the denoising (models.py:106-107,
         # 163-164), or the MLPLayer after it (:187-191), initialised by cl_init's init_weights() (:61-63)
         self.mlm_transform = mlm_transform if mlm_transform is not None else nn.Identity()
@@ -166,5 +175,36 @@ class PromptBERT(nn.Module):
 
     def test_model(self) -> tuple[nn.Module, str]:
         """The plain encoder, read at the first template's [MASK] (`prompt_mask`, the unsupervised scripts' test) or
-        denoised (`prompt_mask_denoised`, the supervised scripts'). The heads are training-only here."""
+        denoised (`prompt_mask_denoised`, the supervised scripts'), as `test_reading` says."""
         return self.encoder, self.test_pooler
+
+    def _head(self) -> tuple[nn.Module | None, str | None]:
+        """The trained head the official evaluation keeps, and its kind (cse_kit.prompt.PROMPT_HEADS), or (None,
+        None). The official scripts keep it exactly where they test denoised: the supervised ones (eargs
+        --mask_embedding_sentence_org_mlp / _use_pooler with _delta, run.sh:120-123, 137-140); the unsupervised ones
+        train with --mlp_only_train (run.sh:83, 101) and test the raw state (:88-89, 106-107)."""
+        if self.test_pooler != "prompt_mask_denoised":
+            return None, None
+        if not isinstance(self.mlm_transform, nn.Identity):
+            return self.mlm_transform, "mlm_transform"
+        if not isinstance(self.mlp, nn.Identity):
+            return self.mlp, "mlp"
+        return None, None
+
+    def test_reading(self) -> PromptReading:
+        """How the exported encoder is read at test time (cse_kit.json): `paper`, the sentence as given, without a
+        head; `official-code`, as evaluation.py with run.sh's eargs (module CHOICES). The denoising's positions are
+        the training's."""
+        head, kind = self._head() if self.official_test else (None, None)
+        return PromptReading(self.template.text, append_period=self.official_test,
+                             denoise_positions=self.denoise_positions, head=head, head_kind=kind)
+
+    def dev_reading(self) -> tuple[str, PromptReading]:
+        """(pooler, reading) of the vector that selects the checkpoint: the test vector (`paper`) or the official dev
+        evaluation's (module CHOICES; it denoises even where the test vector does not)."""
+        if not self.official_dev:
+            return self.test_pooler, self.test_reading()
+        head, kind = self._head()
+        return ("prompt_mask_denoised" if self.denoise else "prompt_mask",
+                PromptReading(self.template.text, fill="ids", denoise_positions=self.denoise_positions, head=head,
+                              head_kind=kind))

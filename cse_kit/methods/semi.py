@@ -90,3 +90,9 @@ class SemiSupervised(nn.Module):
     @property
     def test_pooler(self) -> str:
         return self.inner.test_pooler
+
+    def __getattr__(self, name: str):
+        """The inner method's test and dev readings (PromptBERT's), where it has them."""
+        if name in ("test_reading", "dev_reading"):
+            return getattr(self.inner, name)
+        return super().__getattr__(name)

@@ -127,13 +127,15 @@ class TrainConfig:
     augmentation_module: str = "prefix"
     module_rank: int = 4
     prefix_mode: str = "different"
-    # PromptBERT (defaults: the paper; promptbert_variant=official-code gives the official code's choice). It also
+    # PromptBERT (defaults: the paper; promptbert_variant=official-code gives the official code's choices). It also
     # reads template (view 0's, and the test template), denoise (template denoising), projector (mlp: Linear + tanh
     # after the denoising, training only | none) and pooler (prompt_mask | prompt_mask_denoised: the test vector)
     template2: str | None = None  # the other views' template (unsupervised: the positive's); None: all in template
     mlm_transform: bool = False  # BERT's pretrained MLM-head transform before the denoising (official sup-bert)
-    promptbert_variant: str = "paper"  # paper | official-code: the default of the choice below
+    promptbert_variant: str = "paper"  # paper | official-code: the defaults of the three choices below
     denoise_positions: str | None = None  # sentence (paper) | from-zero (official code)
+    promptbert_test: str | None = None  # the exported test vector: plain (paper) | official (evaluation.py's)
+    promptbert_dev: str | None = None  # the checkpoint selection's vector: test (paper) | official (the trainer's)
     # DiffAug Table 6's semi-supervised strategies for any method with a training sentence vector (SimCSE,
     # PromptBERT, ConSERT; cse_kit.methods.semi): none | joint (L_cl + aux_weight · L_ce on nli_data) | sup-unsup
     # (L_ce for stage1_steps at stage1_lr, then L_cl) | sup-joint (L_ce, then the joint loss)
@@ -309,7 +311,7 @@ class TrainConfig:
              "code's head (models.py:57-61): set projector=none with it")
 
     def promptbert_options(self) -> dict:
-        """The paper-vs-code choice of PromptBERT: an explicit setting over the variant's default."""
+        """The paper-vs-code choices of PromptBERT: explicit settings over the variant's defaults."""
         out = dict(PROMPTBERT_VARIANTS[self.promptbert_variant])
         for name in out:
             if getattr(self, name) is not None:

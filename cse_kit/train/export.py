@@ -1,5 +1,6 @@
-"""The trained encoder as a plain Hugging Face model (+ tokenizer + cse_kit.json saying method, pooler, profile),
-and optionally as a sentence-transformers model whose embeddings equal the kit's."""
+"""The trained encoder as a plain Hugging Face model (+ tokenizer + cse_kit.json saying method, pooler, profile, and
+for the prompt poolers how the template is read, with a trained head's weights beside it), and optionally as a
+sentence-transformers model whose embeddings equal the kit's."""
 
 from __future__ import annotations
 
@@ -10,17 +11,26 @@ from ..augmentation import HoulsbyAdapters
 from ..io import atomic_dir, write_json_atomic
 from ..models import quiet_transformers
 from ..prefix import PrefixedEncoder
+from ..prompt import PromptReading, build_prompt_head
 
 METADATA = "cse_kit.json"
+PROMPT_HEAD = "prompt_head.safetensors"  # the trained head a PromptReading applies (cse_kit.prompt.PROMPT_HEADS)
 #: kit pooler -> sentence-transformers Pooling mode that computes the same vector
 ST_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
 
 
-def export_encoder(encoder, tokenizer, out_dir, metadata: dict) -> Path:
+def export_encoder(encoder, tokenizer, out_dir, metadata: dict, prompt: PromptReading | None = None) -> Path:
+    """The model directory, written whole or not at all; `prompt` (the prompt poolers' reading) goes into
+    cse_kit.json, its head's weights into PROMPT_HEAD."""
+    from safetensors.torch import save_file
+
     with atomic_dir(out_dir) as tmp, quiet_transformers():
         encoder.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_json_atomic(tmp / METADATA, metadata)
+        if prompt is not None and prompt.head is not None:
+            save_file({k: v.detach().contiguous().cpu() for k, v in prompt.head.state_dict().items()},
+                      str(tmp / PROMPT_HEAD))
+        write_json_atomic(tmp / METADATA, {**metadata, **({"prompt": prompt.describe()} if prompt else {})})
     return Path(out_dir)
 
 
@@ -29,9 +39,27 @@ def read_metadata(model_dir) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def template_of(model_dir) -> str | None:
-    """The prompt template a kit-trained model was exported with (prompt poolers), or None."""
-    return (read_metadata(model_dir) or {}).get("template") if Path(model_dir).is_dir() else None
+def prompt_reading_of(model_dir) -> PromptReading | None:
+    """How a kit-trained model's prompt poolers read it (its cse_kit.json's "prompt", with the head saved beside it;
+    an export that states only a template is read with the defaults), or None."""
+    meta = (read_metadata(model_dir) or {}) if Path(model_dir).is_dir() else {}
+    if "prompt" not in meta:
+        return PromptReading(meta["template"]) if meta.get("template") else None
+    settings = dict(meta["prompt"])
+    kind = settings.pop("head")
+    head = None
+    if kind is not None:
+        from safetensors.torch import load_file
+        from transformers import AutoConfig
+
+        path = Path(model_dir) / PROMPT_HEAD
+        if not path.is_file():
+            raise FileNotFoundError(f"{model_dir}/{METADATA} reads the template through a trained {kind} head, and "
+                                    f"{PROMPT_HEAD} is missing: copy the whole model directory, or export the run again")
+        head = build_prompt_head(kind, AutoConfig.from_pretrained(model_dir))
+        head.load_state_dict(load_file(str(path)))
+        head.eval()
+    return PromptReading(**settings, head=head, head_kind=kind)
 
 
 def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) -> Path:

@@ -216,9 +216,13 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         accelerator.register_for_checkpointing(s)
     unwrapped = accelerator.unwrap_model(objective)
     test_pooler = getattr(unwrapped, "test_pooler", cfg.pooler)
-    evaluator = DevEvaluator(tokenizer, test_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
+    # the vector that selects the checkpoint: the test vector, unless the objective reads another (PromptBERT's
+    # official dev evaluation)
+    dev_pooler, dev_template = unwrapped.dev_reading() if hasattr(unwrapped, "dev_reading") else \
+        (test_pooler, cfg.template)
+    evaluator = DevEvaluator(tokenizer, dev_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                              transfer=cfg.metric == "transfer_devacc", device=accelerator.device,
-                             template=cfg.template)
+                             template=dev_template)
 
     state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
              "resumed_with_changes": []}
@@ -371,7 +375,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                     stop("the weights are not finite")
                 state["best"], state["best_step"] = score, step
                 if accelerator.is_main_process:
-                    export_encoder(test_model, tokenizer, run / "model", _metadata(cfg, step, dev, test_pooler))
+                    export_encoder(test_model, tokenizer, run / "model", _metadata(cfg, step, dev, test_pooler),
+                                   unwrapped.test_reading() if hasattr(unwrapped, "test_reading") else None)
         if (step < total and checkpoint_due(step)) or (step == total and cfg.keep_checkpoint):
             check_loss()
             save_checkpoint()
