@@ -23,6 +23,7 @@ to ~1e-10."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from cse_kit.eval.encode import Encoder, pad_ids
 from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, first_position, rewrap
 from cse_kit.models import build_smoke_model
-from cse_kit.prompt import Template
+from cse_kit.prompt import PromptReading, Template
 
 from conftest import rerandomize
 
@@ -90,7 +91,7 @@ def backbone(request):
     return request.param, tokenizer, encoder
 
 
-def _kit(backbone, supervised, variant):
+def _kit(backbone, supervised, variant, test="plain", dev="test"):
     """The kit's objective on the backbone's encoder: the official script's settings (run.sh)."""
     from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
@@ -104,7 +105,8 @@ def _kit(backbone, supervised, variant):
     kit = PromptBERT(encoder, tokenizer, template=first, template2=None if supervised else second, temp=TEMP,
                      mlp=transform is None, mlm_transform=transform,
                      pooler="prompt_mask_denoised" if supervised else "prompt_mask",
-                     denoise_positions={"paper": "sentence", "official-code": "from-zero"}[variant]).double().eval()
+                     denoise_positions={"paper": "sentence", "official-code": "from-zero"}[variant],
+                     promptbert_test=test, promptbert_dev=dev).double().eval()
     rerandomize(kit.mlp, 10, 0.4)
     return kit
 
@@ -195,6 +197,7 @@ class Official:
         self.bs_es = [(bs, es), *rest]
         # train.py:783-800
         self.bs = tokenizer.encode(bs, add_special_tokens=False)
+        self.es = tokenizer.encode(es, add_special_tokens=False)
         self.mask_embedding_template = tokenizer.encode(bs + es)
         es_ids = tokenizer.encode(es, add_special_tokens=False)
         assert self.mask_embedding_template[1:-1] == self.bs + es_ids  # train.py:793-794
@@ -278,6 +281,40 @@ class Official:
     def _cos(x, y):
         return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1))
 
+    # trainers.py:105-117 (the dev batcher) through models.py:275-375 (sentemb_forward: delta on, no autoprompt,
+    # mask_embedding_sentence_avg off); mlp_only_train: the unsupervised scripts' --mlp_only_train (run.sh:83, 101)
+    def sentemb_forward(self, sentences, mlp_only_train):
+        tokenizer, pad = self.tokenizer, self.tokenizer.pad_token_id
+        batch = tokenizer(list(sentences), padding=True)  # batch_encode_plus of SentEval's ' '.join(tokens)
+        d_input_ids = torch.Tensor([self.mask_embedding_template]).repeat(128, 1).long()
+        d_position_ids = torch.arange(d_input_ids.shape[1]).unsqueeze(0).repeat(128, 1).long() + self.position_start
+        d_position_ids[:, len(self.bs) + 1:] += torch.arange(128).unsqueeze(-1)
+        delta = model_421(self.encoder, d_input_ids, position_ids=d_position_ids)[d_input_ids == self.mask_token_id]
+        template_len = d_input_ids.shape[1]
+        bs, es = torch.LongTensor(self.bs), torch.LongTensor(self.es)
+        new_input_ids = []
+        for i in torch.tensor(batch['input_ids']):
+            ii = i[i != pad]
+            ni = [ii[:1], bs]
+            if ii.shape[0] > 2:
+                ni += [ii[1:-1]]
+            ni += [es, ii[-1:]]
+            if ii.shape[0] < i.shape[0]:
+                ni += [i[i == pad]]
+            new_input_ids.append(torch.cat(ni))
+        input_ids = torch.stack(new_input_ids)
+        attention_mask = (input_ids != pad).long()
+        last_hidden = model_421(self.encoder, input_ids, attention_mask=attention_mask)
+        pooler_output = last_hidden[input_ids == self.mask_token_id]
+        blen = attention_mask.sum(-1) - template_len
+        if self.org_mlp and not mlp_only_train:
+            pooler_output, delta = self.mlp(pooler_output), self.mlp(delta)
+        pooler_output = pooler_output - delta[blen]
+        pooler_output = pooler_output.view(input_ids.shape[0], -1, pooler_output.shape[-1]).mean(1)
+        if not mlp_only_train and not self.org_mlp:
+            pooler_output = self.mlp(pooler_output)
+        return pooler_output
+
     # evaluation.py:47-70
     def eval_delta(self, template):
         tokenizer = self.tokenizer
@@ -285,7 +322,7 @@ class Official:
             .replace('*sent_0*', ' ')
         bs_length = len(tokenizer.encode(template.split(' ')[0].replace('_', ' ').strip())) - 2 + 1
         batch = tokenizer([template.replace('_', ' ').strip().replace('   ', ' ')], return_tensors='pt')
-        position_ids = torch.arange(batch['input_ids'].shape[1]).unsqueeze(0).repeat(256, 1)
+        position_ids = torch.arange(batch['input_ids'].shape[1]).unsqueeze(0).repeat(256, 1) + self.position_start
         input_ids = batch['input_ids'].repeat(256, 1)
         position_ids[:, bs_length:] += torch.arange(256).unsqueeze(-1)
         last_hidden = model_421(self.encoder, input_ids, position_ids=position_ids)
@@ -454,31 +491,95 @@ def test_sentence_embeddings_are_the_first_templates_training_vectors(backbone, 
 # test time: evaluation.py
 # --------------------------------------------------------------------------------------------------------------
 
+#: test sentences: some end in none of . ? " ' (evaluation.py:201 appends a period to those, "!" included)
+EVAL_SENTENCES = SENTENCES + [p for t in NLI for p in t] + ["Rain falls", "What a goal!", "a man 's hat"]
+
+
+def _reading_flags(name, supervised):
+    """run.sh's eargs for the script (unsup :88-89, 106-107; sup-roberta :120-123; sup-bert :137-140)."""
+    return {"delta": supervised, "org_mlp": supervised and name == "bert", "use_pooler": supervised and name == "roberta"}
+
+
+def _encode(model, tokenizer, pooler, reading, sentences):
+    return Encoder(model, tokenizer, pooler, progress=False, device="cpu", template=reading).encode(sentences)
+
+
+def _assert_vectors(got, want, what):
+    want = want.numpy() if isinstance(want, torch.Tensor) else want
+    scale = float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    assert err < 1e-5 * scale, f"{what}: max |kit - official| = {err:.3e} (scale {scale:.3e})"
+
+
+def _relative(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
 @pytest.mark.parametrize("supervised", [False, True], ids=["unsup", "sup"])
-def test_test_time_embedding(backbone, supervised):
-    """The exported encoder and pooler against evaluation.py's batcher with the script's flags: unsupervised, the
-    raw [MASK] state (run.sh:88-89, 106-107); supervised, denoised (run.sh:120-123, 137-140) but without the head
-    (org_mlp / use_pooler), which the kit does not export. evaluation.py appends a period to a sentence that ends
-    without one of . ? " ' (:201); the kit fills the sentence in as given, so only such sentences agree."""
+def test_official_code_export_is_read_as_evaluation_py(backbone, supervised, tmp_path):
+    """official-code: the export's cse_kit.json and head, read back as `cse-kit eval --model` reads them
+    (load_model, prompt_reading_of), give evaluation.py's vector with run.sh's eargs: the period of :201, the trained
+    head of the supervised scripts (sup-bert: T(h) - T(delta) with the trained transform, :104-117, 295-302;
+    sup-roberta: the trained MLP after the subtraction, renamed pooler by run.sh:175-200, :305-307)."""
+    from cse_kit.models import load_model
+    from cse_kit.train.export import export_encoder, prompt_reading_of
+
     name, tokenizer, _ = backbone
-    kit = _kit(backbone, supervised, "official-code")
+    kit = _kit(backbone, supervised, "official-code", test="official")
     official = _official(kit, backbone, supervised, "official-code")
-    template = OFFICIAL_TEMPLATES[name][0]
     model, pooler = kit.test_model()
-    assert model is kit.encoder and pooler == ("prompt_mask_denoised" if supervised else "prompt_mask")
-    sentences = SENTENCES + [p for t in NLI for p in t]
+    export_encoder(model, tokenizer, tmp_path / "model", {"pooler": pooler}, kit.test_reading())
+    meta = json.loads((tmp_path / "model" / "cse_kit.json").read_text())
+    head = {"bert": "mlm_transform", "roberta": "mlp"}[name] if supervised else None
+    assert meta["prompt"] == {"template": TEMPLATES[name][0], "fill": "text", "append_period": True,
+                              "denoise_positions": "from-zero", "head": head}
+    assert (tmp_path / "model" / "prompt_head.safetensors").is_file() == supervised
+    loaded_tokenizer, loaded = load_model(str(tmp_path / "model"))
+    got = _encode(loaded.double(), loaded_tokenizer, meta["pooler"], prompt_reading_of(tmp_path / "model"),
+                  EVAL_SENTENCES)
     with torch.no_grad():
-        want, filled = official.batcher(template, sentences, delta=supervised)
-        with_head, _ = official.batcher(template, sentences, delta=supervised, org_mlp=supervised and name == "bert",
-                                        use_pooler=supervised and name == "roberta")
-    assert filled == [kit.template.wrap_text(s) for s in sentences]  # the same text, tokenized whole
-    encoder = Encoder(model, tokenizer, pooler, progress=False, device="cpu", template=TEMPLATES[name][0])
-    got = encoder.encode(sentences)
-    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
-    if supervised:  # the official head moves the test vector
-        assert (with_head - want).abs().max() > 1e-3
+        want, _ = official.batcher(OFFICIAL_TEMPLATES[name][0], EVAL_SENTENCES, **_reading_flags(name, supervised))
+    _assert_vectors(got, want, f"{name} {'sup' if supervised else 'unsup'} test vector")
+    # what the kit read before: the sentence as given and no head
+    before = _encode(kit.encoder, tokenizer, pooler, TEMPLATES[name][0], EVAL_SENTENCES)
+    assert _relative(before, want.numpy()) > 1e-3
+
+
+@pytest.mark.parametrize("supervised", [False, True], ids=["unsup", "sup"])
+def test_official_code_dev_vector_is_the_trainers(backbone, supervised):
+    """official-code selects the checkpoint on the trainer's dev vector (trainers.py:105-117, sentemb_forward):
+    the sentence's own ids in the template, no period, denoised (all four scripts train with delta), through the
+    head unless --mlp_only_train. The unsupervised scripts' test vector is not denoised, so it differs."""
+    name, tokenizer, _ = backbone
+    kit = _kit(backbone, supervised, "official-code", dev="official")
+    official = _official(kit, backbone, supervised, "official-code")
+    pooler, reading = kit.dev_reading()
+    got = _encode(kit.encoder, tokenizer, pooler, reading, EVAL_SENTENCES)
     with torch.no_grad():
-        official_bare, _ = official.batcher(template, ["Rain falls"], delta=supervised)
-    bare, with_period = encoder.encode(["Rain falls", "Rain falls."])
-    np.testing.assert_allclose(with_period, official_bare[0].numpy(), rtol=1e-5, atol=1e-5 * float(want.abs().max()))
-    assert np.abs(bare - with_period).max() > 1e-4
+        want = official.sentemb_forward(EVAL_SENTENCES, mlp_only_train=not supervised)
+    _assert_vectors(got, want, f"{name} {'sup' if supervised else 'unsup'} dev vector")
+    test_pooler, test_reading = kit.test_model()[1], kit.test_reading()
+    assert _relative(_encode(kit.encoder, tokenizer, test_pooler, test_reading, EVAL_SENTENCES), want.numpy()) > 1e-3
+
+
+@pytest.mark.parametrize("supervised", [False, True], ids=["unsup", "sup"])
+def test_paper_variant_reads_the_sentence_as_given_without_a_head(backbone, supervised):
+    """paper: test and dev read the test vector, the sentence as given, no head: the numbers the kit gave before
+    (the template text alone, read with the Encoder's defaults), except that the test denoising now starts where
+    training's did (RoBERTa: padding_idx + 1; evaluation.py's get_delta, restated from there)."""
+    name, tokenizer, _ = backbone
+    kit = _kit(backbone, supervised, "paper")
+    official = _official(kit, backbone, supervised, "paper")  # position_start: the sentence's first position
+    model, pooler = kit.test_model()
+    assert kit.dev_reading() == (pooler, kit.test_reading())
+    assert kit.test_reading() == PromptReading(TEMPLATES[name][0], denoise_positions="sentence")
+    got = _encode(model, tokenizer, pooler, kit.test_reading(), EVAL_SENTENCES)
+    before = _encode(model, tokenizer, pooler, TEMPLATES[name][0], EVAL_SENTENCES)
+    with torch.no_grad():
+        plain = [s for s in EVAL_SENTENCES if s[-1] in '.?"\'']  # evaluation.py adds no period to these
+        want, _ = official.batcher(OFFICIAL_TEMPLATES[name][0], plain, delta=supervised)
+    _assert_vectors(_encode(model, tokenizer, pooler, kit.test_reading(), plain), want, f"{name} paper test vector")
+    if supervised and name == "roberta":  # the one number that moves: the test denoising's positions
+        assert _relative(got, before) > 1e-3
+    else:
+        np.testing.assert_array_equal(got, before)

@@ -153,8 +153,10 @@ class Encoder:
         self.progress = progress
         self.reading = template if isinstance(template, PromptReading) else PromptReading(template or PROMPTBERT_BERT)
         self.template = Template(tokenizer, self.reading.template) if pooler in PROMPT_POOLERS else None
-        # a trained head holds no dropout: the objective's own module is read as it is during training
-        self.head = self.reading.head.to(self.device) if self.template and self.reading.head else None
+        # a trained head holds no dropout: the objective's own module is read as it is during training (where it
+        # already has the encoder's device and dtype); a loaded one gets them
+        self.head = self.reading.head.to(self.device, next(model.parameters()).dtype) \
+            if self.template and self.reading.head else None
         self._deltas: dict[int, torch.Tensor] = {}  # empty-template [MASK] state by sentence length
         self.seconds = 0.0  # time spent encoding (tokenization included)
         self._cache: dict[str, np.ndarray] = {}
