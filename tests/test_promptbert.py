@@ -139,3 +139,41 @@ def test_every_promptbert_preset_trains_on_the_smoke_profile_and_evaluates_as_it
                 out = model(input_ids=empty, position_ids=positions[None]).last_hidden_state
                 want[i] -= mask_states(out, empty, template.mask_token_id)[0]
     np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_official_code_run_selects_on_the_dev_vector_and_exports_the_test_reading(data_dir, tmp_path):
+    """promptroberta-sup-roberta under official-code: the run exports the test reading (the "." rule, the trained MLP
+    after the denoising, its weights beside the encoder), and its dev score is the official dev vector's (ids in the
+    template, no period, denoised, through the MLP), which the test reading does not reproduce (RoBERTa's text fill
+    gives the sentence's first word a leading-space piece)."""
+    from cse_kit.eval.dev import DevEvaluator
+    from cse_kit.prompt import PromptReading
+
+    cfg = build_config("promptroberta-sup-roberta", "smoke", {"output_dir": str(tmp_path / "run"),
+                                                              "data_dir": str(data_dir),
+                                                              "promptbert_variant": "official-code"})
+    train(cfg, progress=False)
+    model_dir = tmp_path / "run" / "model"
+    meta = json.loads((model_dir / "cse_kit.json").read_text())
+    assert meta["prompt"] == {"template": cfg.template, "fill": "text", "append_period": True,
+                              "denoise_positions": "from-zero", "head": "mlp"}
+    tokenizer, model = load_model(str(model_dir))
+    test = prompt_reading_of(model_dir)
+    dev = PromptReading(cfg.template, fill="ids", head=test.head, head_kind="mlp")
+    score = DevEvaluator(tokenizer, "prompt_mask_denoised", str(data_dir), template=dev)(model)["stsb_spearman"]
+    assert score == pytest.approx(meta["dev"]["stsb_spearman"], abs=1e-6)
+    vectors = [Encoder(model, tokenizer, "prompt_mask_denoised", progress=False, template=reading).encode(SENTENCES)
+               for reading in (dev, test)]
+    assert np.abs(vectors[0] - vectors[1]).max() > 1e-4
+
+
+def test_the_semi_supervised_wrapper_passes_the_readings_on(minilm):
+    from cse_kit.methods.semi import SemiSupervised
+    from cse_kit.methods.simcse import SimCSE
+
+    tokenizer, _ = minilm
+    _, encoder = build_smoke_model("smoke-bert")
+    inner = PromptBERT(encoder, tokenizer, promptbert_test="official", promptbert_dev="official")
+    wrapped = SemiSupervised(inner, "joint", 0.1)
+    assert wrapped.test_reading() == inner.test_reading() and wrapped.dev_reading() == inner.dev_reading()
+    assert not hasattr(SemiSupervised(SimCSE(encoder), "joint", 0.1), "dev_reading")
