@@ -36,7 +36,7 @@ PROMPT_POOLERS = ("prompt_mask", "prompt_mask_denoised")
 _TOKEN_IDS: dict[tuple, dict[str, np.ndarray]] = {}
 
 
-def _tokenizer_key(tokenizer, max_length: int | None, special_tokens: bool) -> tuple:
+def _tokenizer_key(tokenizer, max_length: int | None, special_tokens: bool = True) -> tuple:
     """What decides a text's ids: the tokenizer's definition (a fast tokenizer's serialised pipeline, with its
     vocabulary, normaliser and special tokens; a slow one's vocabulary), its class and special tokens, the length
     cap. Not its path: every trained model is saved with its own copy of the tokenizer, and a path key tokenized the
