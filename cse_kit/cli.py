@@ -73,6 +73,7 @@ def cmd_data(args) -> int:
 
 def cmd_eval(args) -> int:
     from .eval import Encoder, evaluate, format_tables, parse_tasks
+    from .eval.encode import PROMPT_POOLERS
     from .io import write_json_atomic
     from .models import load_model, resolve_reference
     from .train.export import prompt_reading_of
@@ -81,9 +82,11 @@ def cmd_eval(args) -> int:
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
     pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
+    reading = args.template or prompt_reading_of(args.model)
+    if reading and not args.template and pooler in PROMPT_POOLERS:
+        print(f"prompt reading {reading.describe()} (from {args.model}/cse_kit.json)")
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                      max_length=args.max_length, device=args.device, amp=args.amp,
-                      template=args.template or prompt_reading_of(args.model))
+                      max_length=args.max_length, device=args.device, amp=args.amp, template=reading)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:

@@ -10,7 +10,8 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from ..prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths, with_period
+from ..prompt import (PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths,
+                      with_period)
 
 #: name -> what it reads off the model. The pooler is part of every result; it is never guessed.
 POOLERS = {
@@ -72,12 +73,11 @@ def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * m).sum(1) / m.sum(1)
 
 
-def pool(outputs, attention_mask: torch.Tensor, pooler: str, input_ids: torch.Tensor | None = None,
-         mask_token_id: int | None = None) -> torch.Tensor:
-    """The SimCSE-family poolers on a transformers model output (with hidden states where needed); the prompt
-    poolers read the [MASK] state, so they need the input ids and the mask token's id (denoising is the Encoder's)."""
+def pool(outputs, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
+    """The SimCSE-family poolers on a transformers model output (with hidden states where needed). The prompt
+    poolers read a template's [MASK] state: the Encoder's `_prompt_vectors`."""
     if pooler in PROMPT_POOLERS:
-        return mask_states(outputs.last_hidden_state, input_ids, mask_token_id)
+        raise ValueError(f"pooler {pooler!r} reads a prompt template's [MASK]: encode through Encoder")
     if pooler == "cls":
         if getattr(outputs, "pooler_output", None) is None:
             raise ValueError("pooler 'cls' needs the model's pooler layer, and this model has none "
