@@ -33,6 +33,8 @@ from .config import TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
+from .optim import build_optimizer, set_weight_decay
+from .presets import official_run
 
 
 class NonFiniteLoss(RuntimeError):
@@ -194,14 +196,17 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                       f"rate 0 after step {main_steps}", stacklevel=2)
     total = first_stage + main_steps
     objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
-    params = [p for p in objective.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     # on CUDA one fused kernel updates every parameter (a step 34 ms instead of 39 on an H100, issue figures)
     fused = accelerator.device.type == "cuda"
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+    weight_decay = cfg.weight_decay_value()
+    optimizer = build_optimizer(named, cfg.optimizer_name(), cfg.lr, weight_decay, fused)
     optimizers = [optimizer]
     if first_stage:
-        optimizers.append(torch.optim.AdamW(objective.stage1_parameters(), lr=cfg.stage1_lr,
-                                            weight_decay=cfg.weight_decay, fused=fused))
+        names = {id(p): n for n, p in objective.named_parameters()}
+        optimizers.append(build_optimizer([(names[id(p)], p) for p in objective.stage1_parameters()],
+                                          cfg.optimizer_name(), cfg.stage1_lr, weight_decay, fused))
     if cfg.compile:
         objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
     # DiffAug's stage 1 decays over the main stage's length (its trainer); a first stage that is a run of its own
@@ -232,7 +237,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                                 "replaced by the new run's)") from None
         if changes:
             for group in optimizer.param_groups:  # the checkpoint restored the old ones
-                group.update(initial_lr=cfg.lr, weight_decay=cfg.weight_decay)
+                group.update(initial_lr=cfg.lr)
+            set_weight_decay(optimizer, weight_decay)
             scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
             for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
                 group["lr"] = cfg.lr * factor(scheduler.last_epoch)
@@ -309,6 +315,9 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     cuda = accelerator.device.type == "cuda"
     if accelerator.is_main_process:
         print(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None), flush=True)
+        official = official_run(cfg)
+        if official:
+            print(official, flush=True)
     bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
                desc=cfg.preset or cfg.method, dynamic_ncols=True)
     last_dev = None
