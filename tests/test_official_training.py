@@ -288,6 +288,7 @@ def official_gradients(pair):
 
 
 def _ddp_worker(rank, world, store, out):
+    torch.set_num_threads(1)  # two processes on the CPU cores
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         grads = [_kit_gradient(model, batch, rank, world) for model, batch in objectives()]
@@ -331,3 +332,117 @@ def test_on_two_processes_the_step_is_the_official_runs(official, tmp_path):
     got_diffaug, got_promptbert = torch.load(out)
     _close(got_diffaug, want_diffaug, "DiffAug semi-aux on 2 processes")
     _close(got_promptbert, want_promptbert, "PromptBERT supervised on 2 processes")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 4. ConSERT's official pipeline: its dev vector, its test-time length, its own unsupervised recipe
+# --------------------------------------------------------------------------------------------------------------
+
+#: 95 sub-words with the smoke tokenizer, beyond what ConSERT's saved max_seq_length 64 keeps
+LONG = ("The committee, after three long days of hearings in the crowded and overheated chamber, finally agreed that "
+        "the proposed regulations on river pollution, industrial waste and agricultural runoff would need to be "
+        "rewritten entirely before any vote could take place, while several members insisted that the public "
+        "should be consulted again in every affected town and village along the valley.")
+
+
+def sentence_transformers_vector(model, tokenizer, sentence, max_seq_length=64):
+    """ConSERT eval.py:27-31 with --last2avg on one sentence: Transformer.get_sentence_features (Transformer.py:88-91:
+    the sub-words cut at min(longest, max_seq_length) + 3 tokens with [CLS] and [SEP]) and Pooling's
+    mean_last_2_tokens (Pooling.py:80-101): the mean over the tokens of the average of the last two layers."""
+    ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(sentence))
+    keep = min(len(ids), max_seq_length) + 3 - 2
+    ids = torch.tensor([[tokenizer.cls_token_id, *ids[:keep], tokenizer.sep_token_id]])
+    with torch.no_grad():
+        layers = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True).hidden_states
+    return ((layers[-1] + layers[-2]) / 2).mean(1)[0]
+
+
+def _consert_run(data_dir, tmp_path, variant, **changes):
+    from cse_kit.train.loop import train
+
+    cfg = build_config("consert-bert", "smoke", {"output_dir": str(tmp_path / variant), "data_dir": str(data_dir),
+                                                 "consert_variant": variant, "max_examples": 32, "max_steps": 2,
+                                                 "eval_steps": 2, "log_steps": 1, **changes})
+    return cfg, train(cfg, progress=False)
+
+
+def test_consert_official_code_selects_on_the_last_layers_mean_and_cuts_test_sentences(data_dir, tmp_path,
+                                                                                       monkeypatch, capsys):
+    import json
+    from pathlib import Path
+
+    import cse_kit.eval
+    from cse_kit import cli
+    from cse_kit.eval.dev import DevEvaluator
+    from cse_kit.train.loop import load_encoder
+
+    cfg, summary = _consert_run(data_dir, tmp_path, "official-code")
+    model_dir = Path(summary["model"])
+    meta = json.loads((model_dir / "cse_kit.json").read_text())
+    assert (meta["pooler"], meta["max_length"]) == ("avg_top2", cfg.max_seq_length) == ("avg_top2", 67)
+    tokenizer, model = load_encoder(str(model_dir))
+    dev = [json.loads(x)["dev"] for x in (model_dir.parent / "log.jsonl").read_text().splitlines() if '"dev"' in x]
+    last_layer = DevEvaluator(tokenizer, "avg", data_dir, max_length=67)(model)["stsb_spearman"]
+    test_vector = DevEvaluator(tokenizer, "avg_top2", data_dir)(model)["stsb_spearman"]
+    assert dev[-1]["stsb_spearman"] == pytest.approx(last_layer, abs=1e-9) and abs(last_layer - test_vector) > 1e-4
+    # cse-kit eval --model <run> applies the saved length with no flag: the official eval.py's vector
+    built = []
+
+    def evaluate(encoder, *args, **kwargs):
+        built.append(encoder)
+        return {"sts": {}, "transfer": {}}
+
+    monkeypatch.setattr(cse_kit.eval, "evaluate", evaluate)
+    monkeypatch.setattr(cse_kit.eval, "format_tables", lambda result: "")
+    assert cli.main(["eval", "--model", str(model_dir), "--tasks", "sts", "--data-dir", str(data_dir)]) == 0
+    assert "sentences cut at 67 tokens" in capsys.readouterr().out
+    encoder = built[0]
+    assert len(tokenizer.tokenize(LONG)) > 66
+    got = torch.as_tensor(encoder.encode([LONG])[0], dtype=torch.float32)
+    want = sentence_transformers_vector(encoder.model, tokenizer, LONG)
+    whole = sentence_transformers_vector(encoder.model, tokenizer, LONG, max_seq_length=512)
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, whole, atol=1e-3)
+
+
+def test_consert_paper_variant_evaluates_as_before():
+    from cse_kit.methods.consert import ConSERT
+
+    _, encoder = build_smoke_model("smoke-bert", num_hidden_layers=1)
+    paper = ConSERT.from_config(build_config("consert-bert", "smoke", ["consert_variant=paper"]), None, encoder)
+    official = ConSERT.from_config(build_config("consert-bert", "smoke"), None, encoder)
+    assert (paper.dev_pooler, paper.test_max_length) == ("avg_top2", None)
+    assert (official.dev_pooler, official.test_max_length) == ("avg", 67)
+
+
+def test_consert_own_recipe_trains_on_every_sts_and_sick_text(data_dir):
+    """unsup-consert-base.sh's --train_data stssick: 89,192 sentences (data_utils.py:203-219), the STS15-16 pairs
+    without a gold score included (SentEval's STS loader drops them)."""
+    from cse_kit.data import load_sts
+    from cse_kit.train.data import load_examples
+
+    texts = load_examples("STS-texts", data_dir)
+    assert len(texts) == 89192
+    scored = sum(len(load_sts(n, data_dir=data_dir)) for n in ("STS12", "STS13", "STS14", "STS15", "STS16"))
+    assert scored == 12544 and len(texts) - 2 * scored == 2 * (8628 + 9927) + 2 * 13497
+    cfg = build_config("consert-bert-sts", "paper")
+    assert (cfg.data, cfg.epochs, cfg.batch_size, cfg.lr, cfg.warmup_steps, cfg.eval_steps) == \
+        ("STS-texts", 10, 96, 5e-7, 930, 200)
+    assert (cfg.early_stopping_patience, cfg.eval_epoch_end, cfg.dropout) == (10, True, 0.0)
+    large = build_config("consert-bert-large-sts", "paper")
+    assert (large.model, large.epochs, large.eval_steps, large.warmup_steps, large.dropout) == \
+        ("bert-large-uncased", 25, 100, 2323, None)
+    assert (large.consert_aug1, large.consert_aug2) == ("none", "shuffle")
+    assert build_config("consert-bert-sts", "smoke").data == "STS-texts"
+
+
+def test_early_stopping_counts_evaluations_of_each_epoch_and_its_end(data_dir, tmp_path):
+    """fit's schedule (SentenceTransformer.py:612-640): 3 steps an epoch, dev at step 2 of each epoch and at its end;
+    an lr of 1e-12 leaves the dev score where it was, so after the first no evaluation is better and patience 3 stops
+    the run after the third of them."""
+    import json
+
+    _, summary = _consert_run(data_dir, tmp_path, "official-code", max_examples=48, max_steps=None, epochs=10,
+                              lr=1e-12, eval_epoch_end=True, early_stopping_patience=3, batch_size=16)
+    log = [json.loads(x) for x in (tmp_path / "official-code" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "dev" in r] == [2, 3, 5, 6]
+    assert summary["stopped_early"] and summary["steps"] == 6 and summary["best_step"] == 2

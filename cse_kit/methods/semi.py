@@ -90,3 +90,11 @@ class SemiSupervised(nn.Module):
     @property
     def test_pooler(self) -> str:
         return self.inner.test_pooler
+
+    @property
+    def dev_pooler(self) -> str:
+        return getattr(self.inner, "dev_pooler", self.inner.test_pooler)
+
+    @property
+    def test_max_length(self) -> int | None:
+        return getattr(self.inner, "test_max_length", None)

@@ -86,6 +86,11 @@ class TrainConfig:
     # of the official scripts, princeton-nlp/SimCSE)
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125
+    # also evaluate at each epoch's end, eval_steps counted from each epoch's start (SentenceTransformer.fit's
+    # schedule: yym6472/ConSERT sentence_transformers/SentenceTransformer.py:612-640)
+    eval_epoch_end: bool = False
+    # > 0: stop after this many dev evaluations in a row without a new best (fit's early_stop_patience, ibid.)
+    early_stopping_patience: int = 0
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
     save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
     checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
@@ -184,6 +189,8 @@ class TrainConfig:
     consert_nli_features: str | None = None  # sbert (paper: [u; v; |u - v|]) | sbert+max_square (code: + max(u, v)²)
     consert_dropout_aug: str | None = None  # bernoulli (paper) | exact (code: exactly int(n·d·rate) elements zeroed)
     consert_shuffle_positions: str | None = None  # model (paper) | from_zero (code: permutes arange; moves RoBERTa's)
+    consert_test_truncation: str | None = None  # none (paper) | max_seq_length (code: eval.py cuts test sentences)
+    consert_dev_pooler: str | None = None  # test (paper: the test vector selects) | training (code: the last layer's mean)
     # provenance
     preset: str | None = None
     profile: str | None = None
@@ -225,6 +232,8 @@ class TrainConfig:
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        need(self.early_stopping_patience >= 0, f"early_stopping_patience must be >= 0 (0: none), got "
+             f"{self.early_stopping_patience}")
         for name in ("max_seq_length", "log_steps", "max_examples", "save_steps"):  # sizes: None means "not set"
             value = getattr(self, name)
             need(value is None or value >= 1, f"{name} must be >= 1, got {value}: --set {name}=<a positive integer>")

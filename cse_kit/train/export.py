@@ -29,9 +29,19 @@ def read_metadata(model_dir) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def exported(model_dir, key: str):
+    """A setting a kit-trained model was exported with (its cse_kit.json), or None."""
+    return (read_metadata(model_dir) or {}).get(key) if Path(model_dir).is_dir() else None
+
+
 def template_of(model_dir) -> str | None:
     """The prompt template a kit-trained model was exported with (prompt poolers), or None."""
-    return (read_metadata(model_dir) or {}).get("template") if Path(model_dir).is_dir() else None
+    return exported(model_dir, "template")
+
+
+def max_length_of(model_dir) -> int | None:
+    """The length (tokens, special ones included) a kit-trained model's test sentences are cut at, or None: whole."""
+    return exported(model_dir, "max_length")
 
 
 def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) -> Path:

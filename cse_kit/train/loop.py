@@ -221,12 +221,14 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         accelerator.register_for_checkpointing(s)
     unwrapped = accelerator.unwrap_model(objective)
     test_pooler = getattr(unwrapped, "test_pooler", cfg.pooler)
-    evaluator = DevEvaluator(tokenizer, test_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
-                             transfer=cfg.metric == "transfer_devacc", device=accelerator.device,
-                             template=cfg.template)
+    # the method may select on another vector than its test one, and cut its test sentences (ConSERT's code)
+    test_max_length = getattr(unwrapped, "test_max_length", None)
+    evaluator = DevEvaluator(tokenizer, getattr(unwrapped, "dev_pooler", test_pooler), cfg.data_dir,
+                             sickr=cfg.metric in ("sickr_spearman", "avg_sts"), transfer=cfg.metric == "transfer_devacc",
+                             device=accelerator.device, template=cfg.template, max_length=test_max_length)
 
     state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
-             "resumed_with_changes": []}
+             "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
     if resumed:
         state = {**state, **_read_json(checkpoint / "trainer_state.json", restart)}
         try:
@@ -297,6 +299,17 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             broadcast_object_list(due, from_process=0)
         return due[0]
 
+    def evaluation_due(step: int) -> bool:
+        """Every eval_steps steps and at the last; with eval_epoch_end, the main stage's eval_steps are counted from
+        each epoch's start and each epoch's end is evaluated too (SentenceTransformer.fit)."""
+        if step == total:
+            return True
+        in_stage = step - first_stage
+        if not cfg.eval_epoch_end or in_stage <= 0:
+            return step % cfg.eval_steps == 0
+        in_epoch = in_stage % (batches.steps_per_epoch // accumulation)
+        return in_epoch == 0 or in_epoch % cfg.eval_steps == 0
+
     def snapshot_due(step: int) -> bool:
         """A stage-1 step after which its state is saved: every stage1_snapshot_steps and the last."""
         every = cfg.stage1_snapshot_steps
@@ -351,7 +364,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         bar.update(1)
         # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
         logged = step % cfg.log_steps == 0 or step == total or snapshot_due(step)
-        if logged or step % cfg.eval_steps == 0:
+        due = evaluation_due(step)
+        if logged or due:
             check_loss()
         if logged:
             record = {"step": step, "lr": schedulers[current].get_last_lr()[0],
@@ -364,7 +378,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                 write_tensors_atomic(snapshot_path(run, step), stage1_state)
             if step == first_stage:  # what the first stage learnt
                 write_tensors_atomic(run / STAGE1_FILE, stage1_state)
-        if step % cfg.eval_steps == 0 or step == total:
+        if due:
             t = time.perf_counter()
             test_model = _test_model(accelerator.unwrap_model(objective))
             dev = evaluator(test_model)
@@ -375,19 +389,27 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             last_dev = f"{score:.2f}"
             log({"step": step, "dev": dev})
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}", dev=last_dev)
+            state["evaluations_since_best"] += 1
             if _is_better(score, state["best"]):
                 if not _finite_weights(objective):
                     stop("the weights are not finite")
-                state["best"], state["best_step"] = score, step
+                state["best"], state["best_step"], state["evaluations_since_best"] = score, step, 0
                 if accelerator.is_main_process:
-                    export_encoder(test_model, tokenizer, run / "model", _metadata(cfg, step, dev, test_pooler))
-        if (step < total and checkpoint_due(step)) or (step == total and cfg.keep_checkpoint):
+                    export_encoder(test_model, tokenizer, run / "model",
+                                   _metadata(cfg, step, dev, test_pooler, test_max_length))
+        patience = cfg.early_stopping_patience
+        state["stopped_early"] = bool(patience) and step < total and state["evaluations_since_best"] >= patience
+        if (step < total and not state["stopped_early"] and checkpoint_due(step)) or \
+                ((step == total or state["stopped_early"]) and cfg.keep_checkpoint):
             check_loss()
             save_checkpoint()
             last_save[0] = time.monotonic()
+        if state["stopped_early"]:
+            break
         objective.train()
     bar.close()
-    summary = {"config": cfg.to_dict(), "steps": total, "best": state["best"], "best_step": state["best_step"],
+    summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"], "best_step": state["best_step"],
+               "stopped_early": state["stopped_early"],
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
@@ -467,9 +489,12 @@ def _test_model(objective):
     return objective.test_model()[0] if hasattr(objective, "test_model") else objective.encoder
 
 
-def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str) -> dict:
+def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str, max_length: int | None) -> dict:
+    """cse_kit.json: how the model is evaluated (pooler, template, the length test sentences are cut at) and where
+    it comes from."""
     return {"method": cfg.method, "pooler": pooler, "profile": cfg.profile, "preset": cfg.preset,
-            "base_model": cfg.model, "step": step, "dev": dev, **({"template": cfg.template} if cfg.template else {})}
+            "base_model": cfg.model, "step": step, "dev": dev, **({"template": cfg.template} if cfg.template else {}),
+            **({"max_length": max_length} if max_length else {})}
 
 
 def _nli_dataset(cfg: TrainConfig, tokenizer, template):

@@ -6,6 +6,7 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 
 from __future__ import annotations
 
+from ..data.registry import STS_TEXTS
 from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
 from ..prompt import PROMPTBERT_BERT
@@ -75,6 +76,18 @@ _CONSERT = {"method": "consert", "projector": "none", "pooler": "avg", "consert_
 _CONSERT_UNSUP = {**_CONSERT, "data": "Wiki1M", "lr": 5e-7, "epochs": 1, "warmup_steps": 1042, "dropout": 0.0,
                   "consert_supervision": "none", "consert_aug1": "feature_cutoff", "consert_rate1": 0.2,
                   "consert_aug2": "shuffle", "consert_rate2": 0.0}
+# ConSERT's own unsupervised recipe, unsup-consert-base.sh:1 (and roberta/): --train_data stssick, 10 epochs over the
+# 89,192 unlabelled sentences of STS12-16, STS-B and SICK-R (main.py:219-221, data_utils.py:203-219: STS-texts here),
+# 929 full batches of 96 an epoch (the official DataLoader adds a last one of 8), warm-up 10% of the steps (main.py:284:
+# ceil(89,192 · 10 / 96 · 0.1) = 930), STS-B dev every 200 steps of each epoch and at its end, stopped after 10
+# evaluations without a new best (--patience 10; sentence_transformers/SentenceTransformer.py:612-640)
+_CONSERT_STS = {**_CONSERT_UNSUP, "data": STS_TEXTS, "epochs": 10, "warmup_steps": 930, "eval_epoch_end": True,
+                "early_stopping_patience": 10}
+# unsup-consert-large.sh:1 (and roberta/): BERT-large, 25 epochs (warm-up ceil(89,192 · 25 / 96 · 0.1) = 2,323), dev
+# every 100 steps, dropout kept (no --no_dropout), and --data_augmentation_strategy shuffle without --da_final_*: the
+# un-augmented pass against its token shuffle (AdvCLSoftmaxLoss.py:558-579, 772-774)
+_CONSERT_STS_LARGE = {**_CONSERT_STS, "epochs": 25, "warmup_steps": 2323, "eval_steps": 100, "dropout": None,
+                      "consert_aug1": "none", "consert_rate1": 0.0, "consert_aug2": "shuffle", "consert_rate2": 0.0}
 # sup-consert-joint-base.sh:1: NLI, lr 2e-5 (the default at main.py:65), 1 epoch, dropout kept. The loss is the
 # cross-entropy + 0.15 · the contrastive loss between the un-augmented pass and a token cutoff of 0.1
 # (--data_augmentation_strategy cutoff --cutoff_direction row --cutoff_rate 0.1; AdvCLSoftmaxLoss.py:582-601,
@@ -141,6 +154,11 @@ PRESETS = {
     "consert-bert": ("bert", _CONSERT_UNSUP),
     "consert-roberta": ("roberta", _CONSERT_UNSUP),
     "consert-sup-bert": ("bert", _CONSERT_SUP),
+    # ConSERT's own unsupervised recipes, on the STS and SICK texts
+    "consert-bert-sts": ("bert", _CONSERT_STS),
+    "consert-roberta-sts": ("roberta", _CONSERT_STS),
+    "consert-bert-large-sts": ("bert-large", _CONSERT_STS_LARGE),
+    "consert-roberta-large-sts": ("roberta-large", _CONSERT_STS_LARGE),
 }
 
 _SIMCSE_REPO = "princeton-nlp/SimCSE@49fa580"
@@ -185,6 +203,10 @@ OFFICIAL_RUNS = {
     "consert-roberta": (f"{_CONSERT_REPO} scripts/roberta/unsup-consert-base.sh's objective, on Wiki1M "
                         "(DiffAug App. C)", 1),
     "consert-sup-bert": (f"{_CONSERT_REPO} scripts/sup-consert-joint-base.sh", 1),
+    "consert-bert-sts": (f"{_CONSERT_REPO} scripts/unsup-consert-base.sh", 1),
+    "consert-roberta-sts": (f"{_CONSERT_REPO} scripts/roberta/unsup-consert-base.sh", 1),
+    "consert-bert-large-sts": (f"{_CONSERT_REPO} scripts/unsup-consert-large.sh", 1),
+    "consert-roberta-large-sts": (f"{_CONSERT_REPO} scripts/roberta/unsup-consert-large.sh", 1),
 }
 
 #: DiffAug Table 6's semi-supervised strategies (cse_kit.methods.semi), set on any SimCSE, PromptBERT or ConSERT
@@ -353,6 +375,8 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
               "profile": profile, "output_dir": f"runs/{preset}-{profile}"}
     if settings.get("data") == "NLI":  # the profile's NLI triplets (a stand-in offline), not its corpus
         values["data"] = prof["nli_data"]
+    if settings.get("data") == STS_TEXTS:  # evaluation data, on every profile
+        values["data"] = STS_TEXTS
     if isinstance(overrides, dict):
         values.update(overrides)
     elif overrides:
