@@ -149,7 +149,7 @@ def test_every_presets_official_variant_steps_as_the_official_run_and_its_paper_
         assert preset in ("scd-roberta",) and "no official-code recipe" in str(e)
     if cfg is not None:
         assert cfg.optimizer_name() == OFFICIAL_OPTIMIZERS[cfg.method]
-        script, processes = OFFICIAL_RUNS.get(preset, ("no official script", 1))
+        script, processes = OFFICIAL_RUNS.get(preset, ("no official script behind this configuration", 1))
         assert cfg.official_processes == processes
         line = official_run(cfg)
         assert script in line and f"{processes} official process" in line and cfg.optimizer_name() in line

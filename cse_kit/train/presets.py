@@ -337,12 +337,13 @@ def official_run(cfg: TrainConfig) -> str | None:
     optimizer = cfg.optimizer_name()
     if not cfg.official_code() and optimizer == "torch-adamw" and cfg.official_processes == 1:
         return None
-    script = OFFICIAL_RUNS[cfg.preset][0] if cfg.preset in OFFICIAL_RUNS else "no official script behind this " \
-        "configuration"
+    script = OFFICIAL_RUNS[cfg.preset][0] if cfg.preset in OFFICIAL_RUNS else None
     n = cfg.official_processes
     scale = "the global batch's gradient" if n == 1 else (f"1/{n} of the gathered contrastive loss's gradient, as "
                                                           f"DDP averages it over the official {n}")
-    return (f"{VARIANT_FIELDS[cfg.method]}={cfg.variant_name()}: reproduces {script}; {n} official process"
+    what = ("steps as set" if not cfg.official_code() else f"reproduces {script}" if script else
+            "the official code's training (no official script behind this configuration)")
+    return (f"{VARIANT_FIELDS[cfg.method]}={cfg.variant_name()}: {what}; {n} official process"
             f"{'es' if n > 1 else ''} ({scale}; here on any number); optimizer {optimizer}: {OPTIMIZERS[optimizer]}"
             + ("" if cfg.weight_decay is None else f"; weight decay set to {cfg.weight_decay}"))
 
