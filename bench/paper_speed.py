@@ -243,13 +243,16 @@ class Stepper:
 
     def __init__(self, objective, cfg, device, stage: int | None = None):
         from cse_kit.train.loop import _mixed_precision
+        from cse_kit.train.optim import build_optimizer
 
         self.objective, self.cfg, self.device, self.stage = objective, cfg, device, stage
         cuda = device.type == "cuda"
         lr = cfg.stage1_lr if stage == 1 else cfg.lr
+        names = {id(p): n for n, p in objective.named_parameters()}
         params = objective.stage1_parameters() if stage == 1 else [p for p in objective.parameters()
                                                                       if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, fused=cuda)
+        self.optimizer = build_optimizer([(names[id(p)], p) for p in params], cfg.optimizer_name(), lr,
+                                         cfg.weight_decay_value(), cuda)
         self.precision = _mixed_precision(cfg.mixed_precision)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext

@@ -76,7 +76,7 @@ def cmd_eval(args) -> int:
     from .eval.encode import PROMPT_POOLERS
     from .io import write_json_atomic
     from .models import load_model, resolve_reference
-    from .train.export import prompt_reading_of
+    from .train.export import max_length_of, prompt_reading_of
 
     tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
@@ -85,8 +85,11 @@ def cmd_eval(args) -> int:
     reading = args.template or prompt_reading_of(args.model)
     if reading and not args.template and pooler in PROMPT_POOLERS:
         print(f"prompt reading {reading.describe()} (from {args.model}/cse_kit.json)")
+    max_length = args.max_length or max_length_of(args.model)
+    if max_length and not args.max_length:
+        print(f"sentences cut at {max_length} tokens (from {args.model}/cse_kit.json; --max-length to change)")
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                      max_length=args.max_length, device=args.device, amp=args.amp, template=reading)
+                      max_length=max_length, device=args.device, amp=args.amp, template=reading)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
@@ -257,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=None,
                    help="batches of this many (padded) tokens instead of --batch-size sentences (default: 16384 on "
                         "CUDA, none on CPU)")
-    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: none)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the model's cse_kit.json, else none)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on GPU (faster, not the "
                                                      "papers' fp32 protocol; recorded in the result)")

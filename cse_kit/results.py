@@ -27,7 +27,7 @@ from filelock import Timeout
 
 from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
 from .data.loaders import md5_file
-from .data.registry import SNLI_TRIPLETS
+from .data.registry import BUILT_SOURCES
 from .environment import describe
 from .io import write_json_atomic
 from .train.config import TrainConfig
@@ -104,7 +104,7 @@ def subject_dict(subject: TrainConfig | Pretrained) -> dict:
 def record_key(subject: TrainConfig | Pretrained, data_dir=None) -> str:
     what = {"subject": subject_dict(subject), "code": code_version(),
             "data": data_fingerprint(None if data_dir is None else str(data_dir))}
-    if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, SNLI_TRIPLETS):  # a user's file: content
+    if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, *BUILT_SOURCES):  # a user's file: content
         what["training_file_md5"] = md5_file(Path(subject.data))
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -284,7 +284,7 @@ class ResultStore:
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from .eval.encode import Encoder
-        from .train.export import prompt_reading_of
+        from .train.export import max_length_of, prompt_reading_of
         from .train.loop import load_encoder
 
         model_dir = record["model_dir"]
@@ -294,7 +294,8 @@ class ResultStore:
                 raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({model_dir}); "
                                         "rerun with force=True to retrain it")
         tokenizer, model = load_encoder(model_dir)
-        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=prompt_reading_of(model_dir))
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=prompt_reading_of(model_dir),
+                       max_length=max_length_of(model_dir))
 
 
 def transfer_sample(profile: str | None) -> int | None:

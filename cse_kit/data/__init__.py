@@ -3,7 +3,7 @@
 from .fetch import ImportRefused, download, import_path, status, verify
 from .first_use import (
     load_classification, load_corpus, load_documents, load_nli_triplets, load_sentence_pairs, load_snli,
-    load_snli_triplets, load_sts, snli_triplets,
+    load_snli_triplets, load_sts, load_sts_texts, snli_triplets,
 )
 from .loaders import (
     ALLOW_UNVERIFIED_ENV, DataError, LabelledPair, LabelledSentence, MissingDatasetError, NliTriplet, StsPair,
@@ -18,6 +18,6 @@ __all__ = [
     "DataError", "DatasetSpec", "EVALUATION_SETS", "LabelledPair", "LabelledSentence", "MissingDatasetError",
     "NliTriplet", "REGISTRY", "STS_TASKS", "StsPair", "TRANSFER_TASKS", "count_records", "default_data_dir",
     "download", "import_path", "load_classification", "load_corpus", "load_documents", "load_nli_triplets",
-    "load_sentence_pairs", "load_snli", "load_snli_triplets", "load_sts",
+    "load_sentence_pairs", "load_snli", "load_snli_triplets", "load_sts", "load_sts_texts",
     "resolve_data_dir", "snli_triplets", "spec", "status", "verify",
 ]

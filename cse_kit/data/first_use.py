@@ -40,6 +40,7 @@ def is_local(name: str) -> bool:
 
 
 load_sts = on_first_use(loaders.load_sts)
+load_sts_texts = on_first_use(loaders.load_sts_texts)
 load_classification = on_first_use(loaders.load_classification)
 load_snli = on_first_use(loaders.load_snli)
 snli_triplets = on_first_use(loaders.snli_triplets)

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .registry import DatasetSpec, resolve_data_dir, spec
+from .registry import STS_TASKS, DatasetSpec, resolve_data_dir, spec
 
 
 class DataError(ValueError):
@@ -233,7 +233,8 @@ def dataset_root(ds: DatasetSpec, data_dir=None) -> Path:
 
 # --- STS ---------------------------------------------------------------------------------------------------------
 
-def _sts_subset(folder: Path, subset: str) -> list[StsPair]:
+def _sts_subset(folder: Path, subset: str, unscored: bool = False) -> list[StsPair]:
+    """The subset's pairs with a gold score (SentEval's); unscored: every pair, those without one scored nan."""
     inp, gs = folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt"
     pairs, golds = _lines(inp), _lines(gs)
     if len(pairs) != len(golds):
@@ -241,13 +242,13 @@ def _sts_subset(folder: Path, subset: str) -> list[StsPair]:
                         "re-import or re-download the dataset")
     out = []
     for lineno, (line, gold) in enumerate(zip(pairs, golds), 1):
-        if gold.strip() == "":  # SentEval drops pairs without a gold score
+        if gold.strip() == "" and not unscored:  # SentEval drops pairs without a gold score
             continue
         cols = line.split("\t")
         if len(cols) < 2:
             raise DataError(f"{inp}:{lineno}: expected two tab-separated sentences, got {line[:80]!r}")
-        out.append(StsPair(normalize(cols[0]), normalize(cols[1]), _float(gs, lineno, gold, "the gold score"),
-                           subset))
+        score = _float(gs, lineno, gold, "the gold score") if gold.strip() else float("nan")
+        out.append(StsPair(normalize(cols[0]), normalize(cols[1]), score, subset))
     return out
 
 
@@ -280,6 +281,23 @@ def load_sts(name: str, split: str | None = None, data_dir=None) -> list[StsPair
     path = root / ds.files[splits.index(split)]
     return _parsed_once(ds, root, split,
                         lambda: _sts_split_file(path, ds.extra["columns"], ds.extra["header"], split))
+
+
+def load_sts_texts(data_dir=None) -> list[str]:
+    """Every sentence of the STS and SICK-R files, unlabelled, as ConSERT's unsupervised recipe trains on them
+    (`--train_data stssick --no_pair`, yym6472/ConSERT data_utils.py:203-219): each pair's two sentences of STS12-16's
+    input files, the pairs without a gold score included (:62-79, 142-167), of STS-B's train, dev and test
+    (:169-194) and of SICK's train, trial and test (:196-219, SICK-R's three splits): 89,192 sentences."""
+    pairs = []
+    for name in STS_TASKS:
+        ds = spec(name)
+        root = dataset_root(ds, data_dir)
+        if ds.kind == "sts":
+            folder = root / ds.extra["folder"]
+            pairs += [p for subset in ds.subsets for p in _sts_subset(folder, subset, unscored=True)]
+        else:
+            pairs += [p for split in ds.counts for p in load_sts(name, split, data_dir)]
+    return [text for p in pairs for text in (p.sent1, p.sent2)]
 
 
 # --- classification ----------------------------------------------------------------------------------------------

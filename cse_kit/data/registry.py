@@ -201,6 +201,10 @@ REGISTRY: dict[str, DatasetSpec] = {d.name: d for d in _DATASETS}
 #: a training source built from registered data, not a dataset of its own: NLI triplets from SNLI dev/test
 #: (loaders.load_snli_triplets), the offline stand-in for NLI
 SNLI_TRIPLETS = "SNLI-triplets"
+#: another: every sentence of the STS and SICK-R files, unlabelled (loaders.load_sts_texts), ConSERT's own
+#: unsupervised training data (`--train_data stssick`)
+STS_TEXTS = "STS-texts"
+BUILT_SOURCES = (SNLI_TRIPLETS, STS_TEXTS)
 ORDERED_CORPORA = tuple(d.name for d in _DATASETS if d.kind == "ordered")
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")

@@ -20,9 +20,11 @@ class DevEvaluator:
     seven transfer tasks (DiffCSE selects its transfer models on their average), which encodes far more."""
 
     def __init__(self, tokenizer, pooler: str = "cls_before_pooler", data_dir=None, *, sickr: bool = False,
-                 transfer: bool = False, batch_size: int = 128, device=None, template: str | None = None):
+                 transfer: bool = False, batch_size: int = 128, device=None, template: str | None = None,
+                 max_length: int | None = None):
         self.tokenizer, self.pooler, self.batch_size, self.device = tokenizer, pooler, batch_size, device
         self.template = template  # the prompt poolers' template
+        self.max_length = max_length  # sentences cut at this many tokens (None: whole)
         self.sts = {"stsb": load_sts("STSBenchmark", "dev", data_dir)}
         if sickr:
             self.sts["sickr"] = load_sts("SICKRelatedness", "dev", data_dir)
@@ -32,7 +34,7 @@ class DevEvaluator:
         start = time.perf_counter()
         was_training = model.training
         encoder = Encoder(model, self.tokenizer, self.pooler, batch_size=self.batch_size, device=self.device,
-                          progress=False, template=self.template)
+                          progress=False, template=self.template, max_length=self.max_length)
         try:
             out = {f"{name}_spearman": correlations(*pair_scores(encoder, pairs))["spearman"]
                    for name, pairs in self.sts.items()}

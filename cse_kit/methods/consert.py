@@ -77,12 +77,22 @@ CHOICES = {
     # the model's own ids (modeling_bert.py:926-927, modeling_roberta.py:770-771). For BERT this is the same thing.
     # RoBERTa's own positions start at padding_idx + 1, so the code shifts its shuffled view by -(padding_idx + 1).
     "shuffle_positions": ("model", "from_zero"),
+    # The paper reports every test sentence whole (the kit's protocol, as SentEval). The code's eval.py:27 reloads the
+    # saved SentenceTransformer, whose sentence_bert_config.json keeps the training --max_seq_length 64
+    # (main.py:199; Transformer.py:24, 98-104, 106-120): a sentence is cut at min(longest, 64) + 3 tokens, [CLS] and [SEP]
+    # included (Transformer.py:88-93), i.e. at the run's max_seq_length (67) here, and the exported model says so.
+    "test_truncation": ("none", "max_seq_length"),
+    # The paper does not say which vector selects the checkpoint; the kit's protocol scores the test vector. The
+    # code's dev evaluator (main.py:278, 291) encodes with the model being trained, the mean of the last layer
+    # (main.py:189-192), cut as above.
+    "dev_pooler": ("test", "training"),
 }
 VARIANTS = {
     "paper": {"cl_reduction": "mean", "unsup_scale": "plain", "nli_features": "sbert", "dropout_aug": "bernoulli",
-              "shuffle_positions": "model"},
+              "shuffle_positions": "model", "test_truncation": "none", "dev_pooler": "test"},
     "official-code": {"cl_reduction": "sum", "unsup_scale": "scaled", "nli_features": "sbert+max_square",
-                      "dropout_aug": "exact", "shuffle_positions": "from_zero"},
+                      "dropout_aug": "exact", "shuffle_positions": "from_zero", "test_truncation": "max_seq_length",
+                      "dev_pooler": "training"},
 }
 LAYER_POOLERS = ("avg_top2", "avg_first_last", "avg_emb_last")
 
@@ -143,7 +153,8 @@ class ConSERT(nn.Module):
                  supervision: str = "none", temp: float = 0.1, cl_rate: float = 0.15, noise_norm: float = 0.01,
                  pooler: str = "avg", test_pooler: str = "avg_top2", cl_reduction: str = "sum",
                  unsup_scale: str = "scaled", nli_features: str = "sbert+max_square", dropout_aug: str = "exact",
-                 shuffle_positions: str = "from_zero"):
+                 shuffle_positions: str = "from_zero", test_max_length: int | None = None,
+                 dev_pooler: str | None = None):
         super().__init__()
         for name, value in (("cl_reduction", cl_reduction), ("unsup_scale", unsup_scale),
                             ("nli_features", nli_features), ("dropout_aug", dropout_aug),
@@ -167,6 +178,9 @@ class ConSERT(nn.Module):
         self.augmentations = tuple((kind, float(rate)) for kind, rate in augmentations)
         self.supervision, self.temp, self.cl_rate, self.noise_norm = supervision, temp, cl_rate, noise_norm
         self.pooler, self.test_pooler = check_pooler(pooler), check_pooler(test_pooler)
+        # the vector that selects the checkpoint, and the length test sentences are cut at (None: whole)
+        self.dev_pooler = check_pooler(dev_pooler or test_pooler)
+        self.test_max_length = test_max_length
         self.cl_reduction, self.unsup_scale, self.nli_features = cl_reduction, unsup_scale, nli_features
         self.dropout_aug, self.shuffle_positions = dropout_aug, shuffle_positions
         if supervision != "none":  # torch's default init: the official classifier lives in the loss module, which
@@ -177,9 +191,13 @@ class ConSERT(nn.Module):
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "ConSERT":
         augmentations = ((cfg.consert_aug1, cfg.consert_rate1), (cfg.consert_aug2, cfg.consert_rate2))
+        choices = resolve_choices(cfg)
+        truncation, dev = choices.pop("test_truncation"), choices.pop("dev_pooler")
         return cls(encoder, augmentations=augmentations, supervision=cfg.consert_supervision, temp=cfg.temp,
                    cl_rate=cfg.consert_cl_rate, noise_norm=cfg.consert_noise_norm, pooler=cfg.pooler,
-                   test_pooler=cfg.consert_test_pooler, **resolve_choices(cfg))
+                   test_pooler=cfg.consert_test_pooler, **choices,
+                   test_max_length=cfg.max_seq_length if truncation == "max_seq_length" else None,
+                   dev_pooler=cfg.pooler if dev == "training" else None)
 
     def test_model(self) -> tuple[nn.Module, str]:
         return self.encoder, self.test_pooler

@@ -75,6 +75,26 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(all_gather(x), dim=0)
 
 
+class _GradientShare(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, share):
+        ctx.share = share
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.share, None
+
+
+def official_share(loss: torch.Tensor, processes: int) -> torch.Tensor:
+    """`loss` with 1/processes of its gradient, its value unchanged: the update of an official run on `processes`
+    DDP processes, on any number of processes here. There each process computes the whole gathered loss, but the
+    gradient flows through its own rows only (the other rows come from all_gather without gradient: SimCSE
+    simcse/models.py:171-189, which Prompt-BERT and DiffAug copy), and DDP averages the processes' gradients:
+    (1/P) sum_r dL/d(rows of r) = (1/P) grad L. gather_with_grad gives grad L on any number of processes."""
+    return loss if processes == 1 else _GradientShare.apply(loss, 1.0 / processes)
+
+
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
 

@@ -27,7 +27,7 @@ from ..augmentation import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, lor
                             merged_lora_average)
 from ..prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
-from .contrastive import MLPProjector, info_nce, init_like_official
+from .contrastive import MLPProjector, info_nce, init_like_official, official_share
 from .semi import nli_cross_entropy
 
 #: choice -> its values. denoise_offset: which empty-template row is subtracted from a sentence of n sub-words:
@@ -54,7 +54,7 @@ class DiffAug(nn.Module):
     def __init__(self, encoder: nn.Module, tokenizer, *, prefix_len: int = 8, temp: float = 0.05,
                  aux_weight: float = 0.0, denoise: bool = True, mlp: bool = True, template: str = PROMPTBERT_BERT,
                  denoise_offset: str = "sentence", stage1_clip: str = "trained", augmentation_module: str = "prefix",
-                 module_rank: int = 4, prefix_mode: str = "different"):
+                 module_rank: int = 4, prefix_mode: str = "different", official_processes: int = 1):
         super().__init__()
         for name, value, choices in (("denoise_offset", denoise_offset, CHOICES["denoise_offset"]),
                                      ("stage1_clip", stage1_clip, CHOICES["stage1_clip"]),
@@ -90,13 +90,14 @@ class DiffAug(nn.Module):
         self.mlp = init_like_official(MLPProjector(config.hidden_size), init_std) if mlp else nn.Identity()
         self.classifier = init_like_official(nn.Linear(3 * config.hidden_size, 2), init_std)
         self.stage = 2
+        self.official_processes = official_processes  # the official run's process count (official_share)
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffAug":
         return cls(encoder, tokenizer, prefix_len=cfg.prefix_len, temp=cfg.temp, aux_weight=cfg.aux_weight,
                    denoise=cfg.denoise, mlp=cfg.projector == "mlp", template=cfg.template,
                    augmentation_module=cfg.augmentation_module, module_rank=cfg.module_rank,
-                   prefix_mode=cfg.prefix_mode, **cfg.diffaug_options())
+                   prefix_mode=cfg.prefix_mode, official_processes=cfg.official_processes, **cfg.diffaug_options())
 
     # --- the parts of each stage -------------------------------------------------------------------------------
 
@@ -234,7 +235,8 @@ class DiffAug(nn.Module):
                              f"contradiction: supervised); got {views}")
         contrastive = self.contrastive_loss(batch)
         out = {"contrastive": contrastive.detach()}
-        loss = contrastive
+        # the auxiliary cross-entropy is each process's own mean there, which DDP's average leaves whole
+        loss = official_share(contrastive, self.official_processes)
         if self.aux_weight:
             aux = self.stage1_loss(batch)
             loss = loss + self.aux_weight * aux

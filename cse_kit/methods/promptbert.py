@@ -22,7 +22,7 @@ from torch import nn
 
 from ..eval.encode import PROMPT_POOLERS
 from ..prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
-from .contrastive import MLPProjector, info_nce, init_like_official
+from .contrastive import MLPProjector, info_nce, init_like_official, official_share
 
 #: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
 #: (the supervised scripts use the first alone: run.sh:116, 131). The first is also the test template (run.sh:106-107,
@@ -88,7 +88,7 @@ class PromptBERT(nn.Module):
     def __init__(self, encoder: nn.Module, tokenizer, *, template: str = PROMPTBERT_BERT, template2: str | None = None,
                  temp: float = 0.05, denoise: bool = True, mlp: bool = True, mlm_transform: nn.Module | None = None,
                  hard_negative_weight: float = 0.0, pooler: str = "prompt_mask", denoise_positions: str = "sentence",
-                 promptbert_test: str = "plain", promptbert_dev: str = "test"):
+                 promptbert_test: str = "plain", promptbert_dev: str = "test", official_processes: int = 1):
         super().__init__()
         for name, value in (("denoise_positions", denoise_positions), ("promptbert_test", promptbert_test),
                             ("promptbert_dev", promptbert_dev)):
@@ -115,6 +115,7 @@ class PromptBERT(nn.Module):
         self.mlp = init_like_official(MLPProjector(config.hidden_size), getattr(config, "initializer_range", 0.02)) \
             if mlp else nn.Identity()
         self.test_pooler = pooler
+        self.official_processes = official_processes  # the official run's process count (official_share)
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "PromptBERT":
@@ -126,7 +127,8 @@ class PromptBERT(nn.Module):
             transform = bert_mlm_transform(cfg.model, cfg.data_dir)
         return cls(encoder, tokenizer, template=cfg.template, template2=cfg.template2, temp=cfg.temp,
                    denoise=cfg.denoise, mlp=cfg.projector == "mlp", mlm_transform=transform,
-                   hard_negative_weight=cfg.hard_negative_weight, pooler=cfg.pooler, **cfg.promptbert_options())
+                   hard_negative_weight=cfg.hard_negative_weight, pooler=cfg.pooler,
+                   official_processes=cfg.official_processes, **cfg.promptbert_options())
 
     def template_states(self, template: Template, lengths: torch.Tensor) -> torch.Tensor:
         """(len(lengths), hidden): the empty template's [MASK] state, its positions after the sentence slot moved by
@@ -171,7 +173,7 @@ class PromptBERT(nn.Module):
                              f"got {views}")
         z = self.vectors(batch["input_ids"], batch["attention_mask"])
         loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if views == 3 else None, self.hard_negative_weight)
-        return {"loss": loss, "contrastive": loss.detach()}
+        return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}
 
     def test_model(self) -> tuple[nn.Module, str]:
         """The plain encoder, read at the first template's [MASK] (`prompt_mask`, the unsupervised scripts' test) or

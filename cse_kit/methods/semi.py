@@ -96,3 +96,11 @@ class SemiSupervised(nn.Module):
         if name in ("test_reading", "dev_reading"):
             return getattr(self.inner, name)
         return super().__getattr__(name)
+
+    @property
+    def dev_pooler(self) -> str:
+        return getattr(self.inner, "dev_pooler", self.inner.test_pooler)
+
+    @property
+    def test_max_length(self) -> int | None:
+        return getattr(self.inner, "test_max_length", None)

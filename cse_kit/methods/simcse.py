@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..eval.encode import check_pooler, pool
-from .contrastive import info_nce, make_projector
+from .contrastive import info_nce, make_projector, official_share
 
 
 class SimCSE(nn.Module):
@@ -17,7 +17,8 @@ class SimCSE(nn.Module):
     method = "simcse"
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str = "mlp",
-                 temp: float = 0.05, hard_negative_weight: float = 0.0, keep_projector: bool = False):
+                 temp: float = 0.05, hard_negative_weight: float = 0.0, keep_projector: bool = False,
+                 official_processes: int = 1):
         super().__init__()
         if temp <= 0:
             raise ValueError(f"temperature must be positive, got {temp}")
@@ -32,6 +33,7 @@ class SimCSE(nn.Module):
             raise ValueError("keep_projector exports the MLP as the model's pooler layer: it needs projector='mlp' "
                              "and pooler='cls_before_pooler'")
         self.keep_projector = keep_projector
+        self.official_processes = official_processes  # the official run's process count (official_share)
 
     @staticmethod
     def common_options(cfg) -> dict:
@@ -41,7 +43,7 @@ class SimCSE(nn.Module):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "SimCSE":
-        return cls(encoder, **cls.common_options(cfg))
+        return cls(encoder, official_processes=cfg.official_processes, **cls.common_options(cfg))
 
     def test_model(self) -> tuple[nn.Module, str]:
         """(model, pooler) to evaluate and export: the bare encoder with the training pooler, or with
@@ -85,4 +87,4 @@ class SimCSE(nn.Module):
             raise ValueError(f"SimCSE needs 2 views (unsupervised) or 3 (anchor, positive, hard negative); got {views}")
         _, projected = self.encode_views(batch)
         loss = self.contrastive_loss(projected, views)
-        return {"loss": loss, "contrastive": loss.detach()}
+        return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}

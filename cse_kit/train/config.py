@@ -21,6 +21,8 @@ from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
 from ..methods.promptbert import CHOICES as PROMPTBERT_CHOICES
 from ..methods.promptbert import VARIANTS as PROMPTBERT_VARIANTS
 from ..methods.scd import REDUCTIONS, TERMS, parse_widths
+from ..methods.scd import VARIANTS as SCD_VARIANTS
+from .optim import OPTIMIZERS, default_weight_decay
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
@@ -28,6 +30,22 @@ MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 #: logits cos/temp span more than 2/temp = 2000, so exp() of every negative but the hardest underflows even in fp32
 #: (e^-2000 = 0), the gradient reaches one negative per row, and the loss grows as 1/temp.
 MIN_TEMP = 1e-3
+SIMCSE_VARIANTS = ("paper", "official-code")
+#: each method's paper-vs-code variant field
+VARIANT_FIELDS = {"simcse": "simcse_variant", "diffcse": "variant", "scd": "scd_variant", "esimcse": "esimcse_variant",
+                  "diffaug": "diffaug_variant", "promptbert": "promptbert_variant", "consert": "consert_variant"}
+#: the variants that train as the official code did (its optimizer, its run's process count)
+OFFICIAL_VARIANTS = ("official-code", "released-checkpoints")
+#: the optimizer each method's official code stepped with (cse_kit.train.optim): the Hugging Face Trainer's
+#: (SimCSE simcse/trainers.py:76, 313 on transformers 4.2.1; DiffCSE diffcse/trainers.py:76, 355 on its vendored
+#: 4.2.1; SCD scd/trainers.py:89, 342 on 4.10; ESimCSE esimcse/trainers.py:76, 314 on 4.2.1; Prompt-BERT
+#: prompt_bert/trainers.py:76, 314; DiffAug diffaug/trainers.py:79, 240-276 on 4.15, both of its optimizers), and
+#: ConSERT's SentenceTransformer.fit (main.py:291)
+OFFICIAL_OPTIMIZERS = {"simcse": "hf-trainer", "diffcse": "hf-trainer", "scd": "hf-trainer", "esimcse": "hf-trainer",
+                       "promptbert": "hf-trainer", "diffaug": "hf-trainer", "consert": "sentence-transformers"}
+#: the methods whose official loss is gathered across processes with the gradient through each process's own rows
+#: (SimCSE models.py:171-189, Prompt-BERT and DiffAug the same): what official_processes scales
+SHARED_LOSS_METHODS = ("simcse", "promptbert", "diffaug")
 
 
 @dataclass
@@ -42,7 +60,15 @@ class TrainConfig:
     max_steps: int | None = None  # stop earlier than `epochs`; the schedule decays over the steps actually run
     batch_size: int = 64  # global: split over processes, negatives gathered back (so 1 or N processes agree)
     lr: float = 3e-5
-    weight_decay: float = 0.0
+    weight_decay: float | None = None  # None: the optimizer's own default (cse_kit.train.optim.OPTIMIZERS)
+    # torch-adamw (the kit's) | hf-trainer | sentence-transformers (the official code's legacy transformers AdamW,
+    # cse_kit.train.optim); None: the one of the method's variant, the official code's under official-code
+    optimizer: str | None = None
+    # the process count of the official run whose update this run reproduces (recorded by the official-code
+    # presets): its gathered contrastive loss gives each process only its own rows' share of the gradient and DDP
+    # averages, so the step sees 1/official_processes of that loss's gradient, on any number of processes here.
+    # 1: the global batch's gradient (the kit's protocol, every paper variant)
+    official_processes: int = 1
     max_grad_norm: float = 1.0  # HF Trainer's default clipping, on in every official run
     warmup_steps: int = 0
     max_seq_length: int = 32
@@ -56,8 +82,15 @@ class TrainConfig:
     # supervised SimCSE keeps its MLP at test time (official --pooler_type cls without --mlp_only_train): it is
     # exported as the model's pooler layer and the model evaluated with pooler "cls"
     keep_projector: bool = False
+    simcse_variant: str = "paper"  # paper (the kit's protocol) | official-code (the optimizer and process count
+    # of the official scripts, princeton-nlp/SimCSE)
     mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
     eval_steps: int = 125
+    # also evaluate at each epoch's end, eval_steps counted from each epoch's start (SentenceTransformer.fit's
+    # schedule: yym6472/ConSERT sentence_transformers/SentenceTransformer.py:612-640)
+    eval_epoch_end: bool = False
+    # > 0: stop after this many dev evaluations in a row without a new best (fit's early_stop_patience, ibid.)
+    early_stopping_patience: int = 0
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
     save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
     checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
@@ -102,6 +135,8 @@ class TrainConfig:
     scd_temp: float = 1.0  # L_S averages cos / scd_temp: 1 in the paper, 0.05 in the official code
     scd_reduction: str = "mean"  # mean | sum of L_S over the batch (sum: the released checkpoints)
     scd_projector: str = "4096-4096-4096"  # widths of the projector's three layers (official --projector)
+    scd_variant: str = "paper"  # paper | official-code | released-checkpoints: the recipe (the presets' values)
+    # and, off paper, the official code's optimizer
     # prompt-based representation (PromptBERT's template; pooler prompt_mask): the sentence's sub-words, truncated
     # to max_seq_length, are wrapped in it before training
     template: str | None = None
@@ -156,6 +191,8 @@ class TrainConfig:
     consert_nli_features: str | None = None  # sbert (paper: [u; v; |u - v|]) | sbert+max_square (code: + max(u, v)²)
     consert_dropout_aug: str | None = None  # bernoulli (paper) | exact (code: exactly int(n·d·rate) elements zeroed)
     consert_shuffle_positions: str | None = None  # model (paper) | from_zero (code: permutes arange; moves RoBERTa's)
+    consert_test_truncation: str | None = None  # none (paper) | max_seq_length (code: eval.py cuts test sentences)
+    consert_dev_pooler: str | None = None  # test (paper: the test vector selects) | training (code: the last layer's mean)
     # provenance
     preset: str | None = None
     profile: str | None = None
@@ -180,11 +217,25 @@ class TrainConfig:
              f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}, got {self.mixed_precision!r}")
         need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         need(self.lr > 0, "lr must be positive")
+        need(self.optimizer is None or self.optimizer in OPTIMIZERS, f"unknown optimizer {self.optimizer!r}; choose "
+             f"one of: {', '.join(OPTIMIZERS)}")
+        need(self.weight_decay is None or self.weight_decay >= 0, f"weight_decay must be >= 0 (or unset: the "
+             f"optimizer's default), got {self.weight_decay}")
+        need(self.official_processes >= 1, f"official_processes must be >= 1, got {self.official_processes}")
+        need(self.official_processes == 1 or self.method in SHARED_LOSS_METHODS, f"official_processes scales the "
+             f"gathered contrastive loss of {', '.join(SHARED_LOSS_METHODS)}; {self.method}'s official runs are on "
+             "one process: set official_processes=1")
+        need(self.simcse_variant in SIMCSE_VARIANTS, f"unknown simcse_variant {self.simcse_variant!r}; choose one "
+             f"of: {', '.join(SIMCSE_VARIANTS)}")
+        need(self.scd_variant in SCD_VARIANTS, f"unknown scd_variant {self.scd_variant!r}; choose one of: "
+             f"{', '.join(SCD_VARIANTS)}")
         need(self.temp >= MIN_TEMP, f"temp must be >= {MIN_TEMP} (the papers use 0.05), got {self.temp}: the loss "
              f"grows as 1/temp and the softmax over cos/temp turns one-hot, so training stops moving")
         need(self.dropout is None or 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.epochs >= 1 and (self.max_steps is None or self.max_steps >= 1), "epochs and max_steps must be >= 1")
         need(self.eval_steps >= 1, "eval_steps must be >= 1")
+        need(self.early_stopping_patience >= 0, f"early_stopping_patience must be >= 0 (0: none), got "
+             f"{self.early_stopping_patience}")
         for name in ("max_seq_length", "log_steps", "max_examples", "save_steps"):  # sizes: None means "not set"
             value = getattr(self, name)
             need(value is None or value >= 1, f"{name} must be >= 1, got {value}: --set {name}=<a positive integer>")
@@ -309,6 +360,25 @@ class TrainConfig:
              f"none, got {self.projector!r}")
         need(not (self.mlm_transform and self.projector == "mlp"), "mlm_transform replaces the MLP as the official "
              "code's head (models.py:57-61): set projector=none with it")
+
+    def variant_name(self) -> str:
+        """The method's paper-vs-code variant (its VARIANT_FIELDS field)."""
+        return getattr(self, VARIANT_FIELDS[self.method])
+
+    def official_code(self) -> bool:
+        """Whether the run trains as the method's official code did."""
+        return self.variant_name() in OFFICIAL_VARIANTS
+
+    def optimizer_name(self) -> str:
+        """The optimizer the run steps with: an explicit setting, else the official code's under its variant, else
+        torch's AdamW (the kit's protocol)."""
+        if self.optimizer is not None:
+            return self.optimizer
+        return OFFICIAL_OPTIMIZERS[self.method] if self.official_code() else "torch-adamw"
+
+    def weight_decay_value(self) -> float:
+        """The weight decay: an explicit setting, else the optimizer's default."""
+        return default_weight_decay(self.optimizer_name()) if self.weight_decay is None else self.weight_decay
 
     def promptbert_options(self) -> dict:
         """The paper-vs-code choices of PromptBERT: explicit settings over the variant's defaults."""

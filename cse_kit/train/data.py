@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from ..data import (
-    DataError, load_corpus, load_nli_triplets, load_sentence_pairs, load_snli_triplets, resolve_data_dir,
+    DataError, load_corpus, load_nli_triplets, load_sentence_pairs, load_snli_triplets, load_sts_texts,
+    resolve_data_dir,
 )
-from ..data.registry import ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS
+from ..data.registry import BUILT_SOURCES, ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS, STS_TEXTS
 
 
 def is_nli(source: str) -> bool:
@@ -22,15 +23,17 @@ def is_nli(source: str) -> bool:
 def load_examples(source: str, data_dir=None, max_examples: int | None = None) -> list[tuple[str, ...]]:
     """(sentence,) per corpus line, (sentence, next sentence) per consecutive pair of an ordered corpus, or
     (anchor, entailment, contradiction) per NLI row ("NLI", a triplet CSV, or "SNLI-triplets" from SNLI dev/test)."""
-    is_file = source not in REGISTRY and source != SNLI_TRIPLETS
+    is_file = source not in REGISTRY and source not in BUILT_SOURCES
     if is_file and not Path(source).is_file():
-        known = [n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')) or n in ORDERED_CORPORA] + [SNLI_TRIPLETS]
+        known = [n for n in REGISTRY if n.startswith(('Wiki1M', 'NLI')) or n in ORDERED_CORPORA] + list(BUILT_SOURCES)
         raise FileNotFoundError(f"training data {source!r} is neither a registered dataset ({', '.join(known)})"
                                 " nor a file")
     if source in ORDERED_CORPORA:
         examples = load_sentence_pairs(source, data_dir)
     elif source == SNLI_TRIPLETS:
         examples = [(r.anchor, r.positive, r.negative) for r in load_snli_triplets(data_dir)]
+    elif source == STS_TEXTS:
+        examples = [(text,) for text in load_sts_texts(data_dir)]
     elif is_nli(source):
         rows = load_nli_triplets(path=source) if is_file else load_nli_triplets(data_dir=data_dir)
         examples = [(r.anchor, r.positive, r.negative) for r in rows]

@@ -39,6 +39,16 @@ def read_metadata(model_dir) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def exported(model_dir, key: str):
+    """A setting a kit-trained model was exported with (its cse_kit.json), or None."""
+    return (read_metadata(model_dir) or {}).get(key) if Path(model_dir).is_dir() else None
+
+
+def max_length_of(model_dir) -> int | None:
+    """The length (tokens, special ones included) a kit-trained model's test sentences are cut at, or None: whole."""
+    return exported(model_dir, "max_length")
+
+
 def prompt_reading_of(model_dir) -> PromptReading | None:
     """How a kit-trained model's prompt poolers read it (its cse_kit.json's "prompt", with the head saved beside it;
     an export that states only a template is read with the defaults), or None."""

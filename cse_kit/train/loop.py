@@ -33,6 +33,8 @@ from .config import TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
+from .optim import build_optimizer, set_weight_decay
+from .presets import official_run
 
 
 class NonFiniteLoss(RuntimeError):
@@ -194,14 +196,17 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                       f"rate 0 after step {main_steps}", stacklevel=2)
     total = first_stage + main_steps
     objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
-    params = [p for p in objective.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     # on CUDA one fused kernel updates every parameter (a step 34 ms instead of 39 on an H100, issue figures)
     fused = accelerator.device.type == "cuda"
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+    weight_decay = cfg.weight_decay_value()
+    optimizer = build_optimizer(named, cfg.optimizer_name(), cfg.lr, weight_decay, fused)
     optimizers = [optimizer]
     if first_stage:
-        optimizers.append(torch.optim.AdamW(objective.stage1_parameters(), lr=cfg.stage1_lr,
-                                            weight_decay=cfg.weight_decay, fused=fused))
+        names = {id(p): n for n, p in objective.named_parameters()}
+        optimizers.append(build_optimizer([(names[id(p)], p) for p in objective.stage1_parameters()],
+                                          cfg.optimizer_name(), cfg.stage1_lr, weight_decay, fused))
     if cfg.compile:
         objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
     # DiffAug's stage 1 decays over the main stage's length (its trainer); a first stage that is a run of its own
@@ -217,15 +222,16 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     unwrapped = accelerator.unwrap_model(objective)
     test_pooler = getattr(unwrapped, "test_pooler", cfg.pooler)
     # the vector that selects the checkpoint: the test vector, unless the objective reads another (PromptBERT's
-    # official dev evaluation)
+    # official dev evaluation, ConSERT's dev pooler); ConSERT's code also cuts its test sentences
+    test_max_length = getattr(unwrapped, "test_max_length", None)
     dev_pooler, dev_template = unwrapped.dev_reading() if hasattr(unwrapped, "dev_reading") else \
-        (test_pooler, cfg.template)
+        (getattr(unwrapped, "dev_pooler", test_pooler), cfg.template)
     evaluator = DevEvaluator(tokenizer, dev_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                              transfer=cfg.metric == "transfer_devacc", device=accelerator.device,
-                             template=dev_template)
+                             template=dev_template, max_length=test_max_length)
 
     state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
-             "resumed_with_changes": []}
+             "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
     if resumed:
         state = {**state, **_read_json(checkpoint / "trainer_state.json", restart)}
         try:
@@ -236,7 +242,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                                 "replaced by the new run's)") from None
         if changes:
             for group in optimizer.param_groups:  # the checkpoint restored the old ones
-                group.update(initial_lr=cfg.lr, weight_decay=cfg.weight_decay)
+                group.update(initial_lr=cfg.lr)
+            set_weight_decay(optimizer, weight_decay)
             scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
             for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
                 group["lr"] = cfg.lr * factor(scheduler.last_epoch)
@@ -295,6 +302,17 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             broadcast_object_list(due, from_process=0)
         return due[0]
 
+    def evaluation_due(step: int) -> bool:
+        """Every eval_steps steps and at the last; with eval_epoch_end, the main stage's eval_steps are counted from
+        each epoch's start and each epoch's end is evaluated too (SentenceTransformer.fit)."""
+        if step == total:
+            return True
+        in_stage = step - first_stage
+        if not cfg.eval_epoch_end or in_stage <= 0:
+            return step % cfg.eval_steps == 0
+        in_epoch = in_stage % (batches.steps_per_epoch // accumulation)
+        return in_epoch == 0 or in_epoch % cfg.eval_steps == 0
+
     def snapshot_due(step: int) -> bool:
         """A stage-1 step after which its state is saved: every stage1_snapshot_steps and the last."""
         every = cfg.stage1_snapshot_steps
@@ -313,6 +331,9 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     cuda = accelerator.device.type == "cuda"
     if accelerator.is_main_process:
         print(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None), flush=True)
+        official = official_run(cfg)
+        if official:
+            print(official, flush=True)
     bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
                desc=cfg.preset or cfg.method, dynamic_ncols=True)
     last_dev = None
@@ -346,7 +367,8 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         bar.update(1)
         # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
         logged = step % cfg.log_steps == 0 or step == total or snapshot_due(step)
-        if logged or step % cfg.eval_steps == 0:
+        due = evaluation_due(step)
+        if logged or due:
             check_loss()
         if logged:
             record = {"step": step, "lr": schedulers[current].get_last_lr()[0],
@@ -359,7 +381,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
                 write_tensors_atomic(snapshot_path(run, step), stage1_state)
             if step == first_stage:  # what the first stage learnt
                 write_tensors_atomic(run / STAGE1_FILE, stage1_state)
-        if step % cfg.eval_steps == 0 or step == total:
+        if due:
             t = time.perf_counter()
             test_model = _test_model(accelerator.unwrap_model(objective))
             dev = evaluator(test_model)
@@ -370,20 +392,28 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
             last_dev = f"{score:.2f}"
             log({"step": step, "dev": dev})
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}", dev=last_dev)
+            state["evaluations_since_best"] += 1
             if _is_better(score, state["best"]):
                 if not _finite_weights(objective):
                     stop("the weights are not finite")
-                state["best"], state["best_step"] = score, step
+                state["best"], state["best_step"], state["evaluations_since_best"] = score, step, 0
                 if accelerator.is_main_process:
-                    export_encoder(test_model, tokenizer, run / "model", _metadata(cfg, step, dev, test_pooler),
+                    export_encoder(test_model, tokenizer, run / "model",
+                                   _metadata(cfg, step, dev, test_pooler, test_max_length),
                                    unwrapped.test_reading() if hasattr(unwrapped, "test_reading") else None)
-        if (step < total and checkpoint_due(step)) or (step == total and cfg.keep_checkpoint):
+        patience = cfg.early_stopping_patience
+        state["stopped_early"] = bool(patience) and step < total and state["evaluations_since_best"] >= patience
+        if (step < total and not state["stopped_early"] and checkpoint_due(step)) or \
+                ((step == total or state["stopped_early"]) and cfg.keep_checkpoint):
             check_loss()
             save_checkpoint()
             last_save[0] = time.monotonic()
+        if state["stopped_early"]:
+            break
         objective.train()
     bar.close()
-    summary = {"config": cfg.to_dict(), "steps": total, "best": state["best"], "best_step": state["best_step"],
+    summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"], "best_step": state["best_step"],
+               "stopped_early": state["stopped_early"],
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
@@ -463,9 +493,12 @@ def _test_model(objective):
     return objective.test_model()[0] if hasattr(objective, "test_model") else objective.encoder
 
 
-def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str) -> dict:
+def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str, max_length: int | None) -> dict:
+    """cse_kit.json: how the model is evaluated (pooler, template, the length test sentences are cut at) and where
+    it comes from."""
     return {"method": cfg.method, "pooler": pooler, "profile": cfg.profile, "preset": cfg.preset,
-            "base_model": cfg.model, "step": step, "dev": dev, **({"template": cfg.template} if cfg.template else {})}
+            "base_model": cfg.model, "step": step, "dev": dev, **({"template": cfg.template} if cfg.template else {}),
+            **({"max_length": max_length} if max_length else {})}
 
 
 def _nli_dataset(cfg: TrainConfig, tokenizer, template):

@@ -6,11 +6,12 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 
 from __future__ import annotations
 
-from ..methods.esimcse import VARIANTS as ESIMCSE_VARIANTS
+from ..data.registry import STS_TEXTS
 from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
 from ..prompt import PROMPTBERT_BERT
-from .config import TrainConfig, apply_overrides
+from .config import OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
+from .optim import OPTIMIZERS
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
 _DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant": "official-code"}
@@ -75,6 +76,18 @@ _CONSERT = {"method": "consert", "projector": "none", "pooler": "avg", "consert_
 _CONSERT_UNSUP = {**_CONSERT, "data": "Wiki1M", "lr": 5e-7, "epochs": 1, "warmup_steps": 1042, "dropout": 0.0,
                   "consert_supervision": "none", "consert_aug1": "feature_cutoff", "consert_rate1": 0.2,
                   "consert_aug2": "shuffle", "consert_rate2": 0.0}
+# ConSERT's own unsupervised recipe, unsup-consert-base.sh:1 (and roberta/): --train_data stssick, 10 epochs over the
+# 89,192 unlabelled sentences of STS12-16, STS-B and SICK-R (main.py:219-221, data_utils.py:203-219: STS-texts here),
+# 929 full batches of 96 an epoch (the official DataLoader adds a last one of 8), warm-up 10% of the steps (main.py:284:
+# ceil(89,192 · 10 / 96 · 0.1) = 930), STS-B dev every 200 steps of each epoch and at its end, stopped after 10
+# evaluations without a new best (--patience 10; sentence_transformers/SentenceTransformer.py:612-640)
+_CONSERT_STS = {**_CONSERT_UNSUP, "data": STS_TEXTS, "epochs": 10, "warmup_steps": 930, "eval_epoch_end": True,
+                "early_stopping_patience": 10}
+# unsup-consert-large.sh:1 (and roberta/): BERT-large, 25 epochs (warm-up ceil(89,192 · 25 / 96 · 0.1) = 2,323), dev
+# every 100 steps, dropout kept (no --no_dropout), and --data_augmentation_strategy shuffle without --da_final_*: the
+# un-augmented pass against its token shuffle (AdvCLSoftmaxLoss.py:558-579, 772-774)
+_CONSERT_STS_LARGE = {**_CONSERT_STS, "epochs": 25, "warmup_steps": 2323, "eval_steps": 100, "dropout": None,
+                      "consert_aug1": "none", "consert_rate1": 0.0, "consert_aug2": "shuffle", "consert_rate2": 0.0}
 # sup-consert-joint-base.sh:1: NLI, lr 2e-5 (the default at main.py:65), 1 epoch, dropout kept. The loss is the
 # cross-entropy + 0.15 · the contrastive loss between the un-augmented pass and a token cutoff of 0.1
 # (--data_augmentation_strategy cutoff --cutoff_direction row --cutoff_rate 0.1; AdvCLSoftmaxLoss.py:582-601,
@@ -82,6 +95,16 @@ _CONSERT_UNSUP = {**_CONSERT, "data": "Wiki1M", "lr": 5e-7, "epochs": 1, "warmup
 _CONSERT_SUP = {**_CONSERT, "data": "NLI", "lr": 2e-5, "epochs": 1, "batch_size": 48, "warmup_steps": 575,
                 "consert_supervision": "joint", "consert_aug1": "none", "consert_rate1": 0.0,
                 "consert_aug2": "token_cutoff", "consert_rate2": 0.1}
+
+
+
+def _scd_recipes(backbone: str, variant: str) -> dict:
+    """SCD's settings: each recipe value per scd_variant (a variant without a recipe for the backbone is refused
+    when chosen), the preset's variant chosen."""
+    recipes = {name: values[backbone] for name, values in SCD_VARIANTS.items() if backbone in values}
+    return {**_SCD, "scd_variant": variant,
+            **{key: {name: recipe[key] for name, recipe in recipes.items()} for key in recipes["paper"]}}
+
 
 #: name -> (backbone, settings). Sources: the SimCSE README (princeton-nlp/SimCSE), DiffCSE App. A Tables 12-13 and
 #: run_diffcse.sh, SCD §3.1 with the official README and issue #2, ESimCSE §4.2 and ESimCSE/run.sh.
@@ -102,10 +125,10 @@ PRESETS = {
     "diffcse-roberta-transfer": ("roberta", {**_DIFFCSE, "lr": 3e-6, "batch_size": 128, "mask_ratio": 0.15,
                                              "lam": 0.05, "metric": "transfer_devacc"}),
     # SCD: one preset per recipe of cse_kit.methods.scd.VARIANTS (Table 3's rows are scd-bert with scd_terms set)
-    "scd-bert": ("bert", {**_SCD, **SCD_VARIANTS["paper"]["bert"]}),
-    "scd-roberta": ("roberta", {**_SCD, **SCD_VARIANTS["paper"]["roberta"]}),
-    "scd-bert-official": ("bert", {**_SCD, **SCD_VARIANTS["official-code"]["bert"]}),
-    "scd-bert-released": ("bert", {**_SCD, **SCD_VARIANTS["released-checkpoints"]["bert"]}),
+    "scd-bert": ("bert", _scd_recipes("bert", "paper")),
+    "scd-roberta": ("roberta", _scd_recipes("roberta", "paper")),
+    "scd-bert-official": ("bert", _scd_recipes("bert", "official-code")),
+    "scd-bert-released": ("bert", _scd_recipes("bert", "released-checkpoints")),
     "esimcse-bert": ("bert", {**_ESIMCSE, "lr": 3e-5, "dup_rate": 0.32, "queue_size": 160, "dropout": 0.1}),
     # BERT-large's dropout: the paper's 0.15 (§4.2), or the official run.sh's 0.1 (the run behind the published 79.31)
     "esimcse-bert-large": ("bert-large", {**_ESIMCSE, "lr": 1e-5, "dup_rate": 0.32, "queue_size": 160,
@@ -131,6 +154,59 @@ PRESETS = {
     "consert-bert": ("bert", _CONSERT_UNSUP),
     "consert-roberta": ("roberta", _CONSERT_UNSUP),
     "consert-sup-bert": ("bert", _CONSERT_SUP),
+    # ConSERT's own unsupervised recipes, on the STS and SICK texts
+    "consert-bert-sts": ("bert", _CONSERT_STS),
+    "consert-roberta-sts": ("roberta", _CONSERT_STS),
+    "consert-bert-large-sts": ("bert-large", _CONSERT_STS_LARGE),
+    "consert-roberta-large-sts": ("roberta-large", _CONSERT_STS_LARGE),
+}
+
+_SIMCSE_REPO = "princeton-nlp/SimCSE@49fa580"
+_DIFFCSE_RUN = "voidism/DiffCSE@f724b2c run_diffcse.sh"
+_ESIMCSE_RUN = "caskcsg/sentemb@5eeec55 ESimCSE/run.sh"
+_DIFFAUG_REPO = "TianduoWang/DiffAug@e6292b6"
+_PROMPTBERT_RUN = "kongds/Prompt-BERT@690ba6e run.sh"
+_CONSERT_REPO = "yym6472/ConSERT@03c9e8f"
+_DISTRIBUTED = "python -m torch.distributed.launch --nproc_per_node"
+#: preset -> (the official run behind its published number, that run's process count). Under an official variant
+#: the count becomes the run's official_processes (cse_kit.methods.contrastive.official_share). The scripts: SimCSE
+#: run_unsup_example.sh (one GPU, maintainer in issue #135), run_sup_example.sh:18 (4 processes); DiffCSE, SCD and
+#: ESimCSE train on one GPU (no launcher in their scripts; ESimCSE's logs: 1 GPU); DiffAug run_semi_sup_bert.sh:6-9
+#: (2 processes) and run_sup_bert.sh:6 (1); Prompt-BERT run.sh:74, :92 (python train.py) and :110, :126 (4
+#: processes); ConSERT's main.py trains in one process (SentenceTransformer.fit, no DDP).
+OFFICIAL_RUNS = {
+    "simcse-bert": (f"{_SIMCSE_REPO} run_unsup_example.sh", 1),
+    "simcse-roberta": (f"{_SIMCSE_REPO} run_unsup_example.sh with the README's RoBERTa-base batch and lr", 1),
+    **{f"simcse-sup-{b}": (f"{_SIMCSE_REPO} run_sup_example.sh ({_DISTRIBUTED} 4, 128 each)", 4)
+       for b in ("bert", "roberta")},
+    "diffcse-bert-sts": (_DIFFCSE_RUN, 1),
+    **{name: (f"{_DIFFCSE_RUN} with App. A's {name[8:]} settings", 1)
+       for name in ("diffcse-roberta-sts", "diffcse-bert-transfer", "diffcse-roberta-transfer")},
+    **{name: ("SAP-samples/acl2022-self-contrastive-decorrelation@fb1438a README.md's BERT command"
+              + (" with issue #2's released-checkpoint values" if name.endswith("released") else ""), 1)
+       for name in ("scd-bert", "scd-bert-official", "scd-bert-released")},
+    **{f"esimcse-{m}": (f"{_ESIMCSE_RUN} {model}", 1) for m, model in (
+        ("bert", "bert-base-uncased"), ("bert-large", "bert-large-uncased"), ("roberta", "roberta-base"),
+        ("roberta-large", "roberta-large"))},
+    "diffaug-semi-bert-official": (f"{_DIFFAUG_REPO} run_semi_sup_bert.sh without --use_aux_loss "
+                                   f"({_DISTRIBUTED} 2, 128 each)", 2),
+    "diffaug-semi-aux-bert-official": (f"{_DIFFAUG_REPO} run_semi_sup_bert.sh ({_DISTRIBUTED} 2, 128 each)", 2),
+    "diffaug-sup-bert-official": (f"{_DIFFAUG_REPO} run_sup_bert.sh (one GPU, 128 x accumulation 4)", 1),
+    **{f"diffaug-{name}-bert": (f"{_DIFFAUG_REPO} {script} with the paper's settings", n)
+       for name, script, n in (("semi", "run_semi_sup_bert.sh", 2), ("semi-aux", "run_semi_sup_bert.sh", 2),
+                               ("sup", "run_sup_bert.sh", 1))},
+    "promptbert-bert": (f"{_PROMPTBERT_RUN} unsup-bert", 1),
+    "promptroberta-roberta": (f"{_PROMPTBERT_RUN} unsup-roberta", 1),
+    "promptbert-sup-bert": (f"{_PROMPTBERT_RUN} sup-bert ({_DISTRIBUTED} 4, 128 each)", 4),
+    "promptroberta-sup-roberta": (f"{_PROMPTBERT_RUN} sup-roberta ({_DISTRIBUTED} 4, 128 each)", 4),
+    "consert-bert": (f"{_CONSERT_REPO} scripts/unsup-consert-base.sh's objective, on Wiki1M (DiffAug App. C)", 1),
+    "consert-roberta": (f"{_CONSERT_REPO} scripts/roberta/unsup-consert-base.sh's objective, on Wiki1M "
+                        "(DiffAug App. C)", 1),
+    "consert-sup-bert": (f"{_CONSERT_REPO} scripts/sup-consert-joint-base.sh", 1),
+    "consert-bert-sts": (f"{_CONSERT_REPO} scripts/unsup-consert-base.sh", 1),
+    "consert-roberta-sts": (f"{_CONSERT_REPO} scripts/roberta/unsup-consert-base.sh", 1),
+    "consert-bert-large-sts": (f"{_CONSERT_REPO} scripts/unsup-consert-large.sh", 1),
+    "consert-roberta-large-sts": (f"{_CONSERT_REPO} scripts/roberta/unsup-consert-large.sh", 1),
 }
 
 #: DiffAug Table 6's semi-supervised strategies (cse_kit.methods.semi), set on any SimCSE, PromptBERT or ConSERT
@@ -230,11 +306,46 @@ def resolve_generator(name: str, profile: str) -> str:
     return name
 
 
-def _resolve_variant_settings(values: dict) -> dict:
-    """A preset setting given per ESimCSE variant ({"paper": 0.15, "official-code": 0.1}) takes the run's variant's
-    value; an explicit --set of the setting has already replaced the pair."""
-    variant = values.get("esimcse_variant", "paper")
-    return {k: v[variant] if isinstance(v, dict) and set(v) == set(ESIMCSE_VARIANTS) else v for k, v in values.items()}
+def variant_of(values: dict) -> str:
+    """The variant of the method of a preset's settings (its VARIANT_FIELDS field, else that field's default)."""
+    field = VARIANT_FIELDS[values["method"]]
+    return values.get(field, TrainConfig.__dataclass_fields__[field].default)
+
+
+def _resolve_variant_settings(values: dict, preset: str) -> dict:
+    """A preset setting given per variant of its method ({"paper": 0.15, "official-code": 0.1}) takes the run's
+    variant's value (an explicit --set of the setting has already replaced it); a variant the preset has no value
+    for is refused. Then, under an official variant, the process count of the official run behind the preset
+    (OFFICIAL_RUNS), unless set."""
+    variant = variant_of(values)
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and key != "extra":
+            if variant not in value:
+                raise ValueError(f"{preset} has no {variant} recipe ({key} is given for {', '.join(value)} only): "
+                                 f"choose {VARIANT_FIELDS[values['method']]}={' or '.join(value)}")
+            value = value[variant]
+        out[key] = value
+    if variant in OFFICIAL_VARIANTS and preset in OFFICIAL_RUNS and "official_processes" not in values:
+        out["official_processes"] = OFFICIAL_RUNS[preset][1]
+    return out
+
+
+def official_run(cfg: TrainConfig) -> str | None:
+    """The line a run under an official variant starts with: the official run it reproduces (script, process count,
+    optimizer); None under a paper variant with the kit's optimizer and scale."""
+    optimizer = cfg.optimizer_name()
+    if not cfg.official_code() and optimizer == "torch-adamw" and cfg.official_processes == 1:
+        return None
+    script = OFFICIAL_RUNS[cfg.preset][0] if cfg.preset in OFFICIAL_RUNS else None
+    n = cfg.official_processes
+    scale = "the global batch's gradient" if n == 1 else (f"1/{n} of the gathered contrastive loss's gradient, as "
+                                                          f"DDP averages it over the official {n}")
+    what = ("steps as set" if not cfg.official_code() else f"reproduces {script}" if script else
+            "the official code's training (no official script behind this configuration)")
+    return (f"{VARIANT_FIELDS[cfg.method]}={cfg.variant_name()}: {what}; {n} official process"
+            f"{'es' if n > 1 else ''} ({scale}; here on any number); optimizer {optimizer}: {OPTIMIZERS[optimizer]}"
+            + ("" if cfg.weight_decay is None else f"; weight decay set to {cfg.weight_decay}"))
 
 
 def _semi_strategy_defaults(values: dict, profile: dict, given: set[str]) -> dict:
@@ -265,6 +376,8 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
               "profile": profile, "output_dir": f"runs/{preset}-{profile}"}
     if settings.get("data") == "NLI":  # the profile's NLI triplets (a stand-in offline), not its corpus
         values["data"] = prof["nli_data"]
+    if settings.get("data") == STS_TEXTS:  # evaluation data, on every profile
+        values["data"] = STS_TEXTS
     if isinstance(overrides, dict):
         values.update(overrides)
     elif overrides:
@@ -273,7 +386,7 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
                                      else {o.partition("=")[0].strip().replace("-", "_") for o in overrides or ()})
     if values.get("nli_data") == "NLI":  # "NLI" is the profile's NLI triplets (a stand-in offline)
         values["nli_data"] = prof["nli_data"]
-    values = _resolve_variant_settings(values)
+    values = _resolve_variant_settings(values, preset)
     if values.get("target", "same") != "same" and values["data"] == prof["settings"]["data"]:
         values["data"] = prof["ordered_data"]  # the next-sentence variants train on the profile's ordered corpus
     if "generator" in values:
