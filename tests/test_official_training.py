@@ -325,6 +325,7 @@ def test_on_one_process_the_step_is_the_official_runs(official):
     _close(whole_promptbert / 4, want_promptbert, "PromptBERT: a quarter of the global gradient")
 
 
+@pytest.mark.slow  # two spawned gloo processes importing the kit: 53 CPU-seconds
 def test_on_two_processes_the_step_is_the_official_runs(official, tmp_path):
     _, (want_diffaug, want_promptbert) = official
     out = tmp_path / "grads.pt"
