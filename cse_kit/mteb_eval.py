@@ -135,7 +135,7 @@ def check_data(tasks: list) -> None:
 def evaluate_task(model: KitEncoder, task, batch_size: int = 128) -> dict:
     """One task through mteb's own evaluation: {mteb_version, revision, main_score_name, main_score (mteb's: the
     mean over the evaluated splits and subsets, 0-1), splits: {split: {subset: main score}}, seconds, wrapper,
-    result: mteb's full TaskResult}."""
+    encoding, result: mteb's full TaskResult as JSON}."""
     result = mteb.evaluate(model, task, cache=None, overwrite_strategy="always", co2_tracker=False,
                            show_progress_bar=False, encode_kwargs={"batch_size": batch_size})
     task_result = result.task_results[0]
@@ -145,17 +145,23 @@ def evaluate_task(model: KitEncoder, task, batch_size: int = 128) -> dict:
             "main_score_name": task.metadata.main_score, "main_score": float(task_result.get_score()),
             "splits": {split: {s["hf_subset"]: float(s["main_score"]) for s in scores}
                        for split, scores in task_result.scores.items()},
-            "seconds": task_result.evaluation_time, "wrapper": WRAPPER_DIGEST, "result": task_result.to_dict()}
+            "seconds": task_result.evaluation_time, "wrapper": WRAPPER_DIGEST, "encoding": encoding(model.encoder),
+            "result": task_result.to_dict()}
 
 
-def is_current(stored: dict | None, task) -> bool:
-    """Whether a stored result is this task's under this mteb version, data revision and wrapper."""
-    return bool(stored) and (stored["mteb_version"], stored["revision"], stored["wrapper"]) == (
-        version(), task.metadata.revision, WRAPPER_DIGEST)
+def encoding(encoder) -> dict:
+    """What of an Encoder beyond its model and pooler changes the vectors: its template and AMP."""
+    return {"template": encoder.template.text if encoder.template else None, "amp": encoder.amp}
+
+
+def is_current(stored: dict | None, task, encoder) -> bool:
+    """Whether a stored result is this task's under this mteb version, data revision, wrapper and encoding."""
+    return bool(stored) and (stored["mteb_version"], stored["revision"], stored["wrapper"], stored["encoding"]) == (
+        version(), task.metadata.revision, WRAPPER_DIGEST, encoding(encoder))
 
 
 def format_table(results: dict) -> str:
-    """task | split | main score (×100, 2 decimals) | reused, and the average of the main scores."""
+    """task | splits | main score name | main score ×100 (2 decimals), and the average of the main scores."""
     width = max([len(name) for name in results] + [4])
     lines = [f"{'task':<{width}}  {'splits':<16}  {'main score':<28}  x100"]
     for name, r in results.items():
