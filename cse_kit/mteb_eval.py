@@ -52,14 +52,14 @@ def resolve_tasks(spec: str) -> list:
         if name == DEFAULT:
             found = list(mteb.get_tasks(tasks=list(CPU_TASKS)))
         else:
-            try:
-                found = list(mteb.get_benchmark(name).tasks)
-            except (KeyError, ValueError):
+            try:  # a task name first: mteb's get_benchmark builds every benchmark to suggest a name it lacks
+                found = [mteb.get_task(name)]
+            except KeyError as err:
                 try:
-                    found = [mteb.get_task(name)]
-                except KeyError as err:
+                    found = list(mteb.get_benchmark(name).tasks)
+                except (KeyError, ValueError):
                     raise ValueError(f"{name!r} is neither an MTEB task nor an MTEB benchmark "
-                                     f"({str(err).strip(chr(39)).removeprefix('KeyError: ')}); `default` is "
+                                     f"({str(err.args[0]).removeprefix('KeyError: ')}); `default` is "
                                      f"{', '.join(CPU_TASKS)}; the full English benchmark is {FULL_ENGLISH!r}") from None
         tasks.update((task.metadata.name, task) for task in found)
     return list(tasks.values())
@@ -77,11 +77,13 @@ def input_limit(encoder) -> int:
 def fit_text(tokenizer, text: str, budget: int) -> str:
     """text cut after its first `budget` tokens (no special tokens), at a character offset so that the cut text
     still is text (a template is filled with it); unchanged when it fits."""
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    while len(encoded["input_ids"]) > budget:
-        text = text[:encoded["offset_mapping"][budget - 1][1]]
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        budget -= 1  # a cut word may tokenize into more pieces: cut one token earlier and check again
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    keep = budget
+    while keep < len(offsets):
+        cut = text[:offsets[keep - 1][1]]
+        if len(tokenizer(cut, add_special_tokens=False)["input_ids"]) <= budget:
+            return cut
+        keep -= 1  # a word cut in two may tokenize into more pieces: cut one token earlier
     return text
 
 
@@ -146,7 +148,7 @@ def evaluate_task(model: KitEncoder, task, batch_size: int = 128) -> dict:
             "splits": {split: {s["hf_subset"]: float(s["main_score"]) for s in scores}
                        for split, scores in task_result.scores.items()},
             "seconds": task_result.evaluation_time, "wrapper": WRAPPER_DIGEST, "encoding": encoding(model.encoder),
-            "result": task_result.to_dict()}
+            "result": task_result.model_dump(mode="json")}
 
 
 def encoding(encoder) -> dict:
