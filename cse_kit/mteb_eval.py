@@ -30,7 +30,7 @@ FULL_ENGLISH = "MTEB(eng, v2)"
 #: `--tasks default`: twelve tasks of MTEB(eng, v2) with short texts (about 100k texts, 5.1M characters by mteb's
 #: statistics; STS22.v2's news articles and the retrieval corpora left out), taken as that benchmark filters them
 #: (STS17: its English pair only): its STS tasks and one of each other kind. Estimated on 2 idle CPU cores from the
-#: kit's encoding rate (docs/evaluation.md): about 5 min with all-MiniLM-L6-v2, about 30 min with a BERT-base model
+#: kit's encoding rate (docs/evaluation.md): about 5 min with all-MiniLM-L6-v2, about 20 min with a BERT-base model
 CPU_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS17", "STSBenchmark", "SICK-R", "BIOSSES",
              "Banking77Classification", "AskUbuntuDupQuestions", "TwitterSemEval2015", "StackExchangeClustering.v2")
 DEFAULT = "default"
