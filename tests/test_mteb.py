@@ -207,9 +207,13 @@ def test_a_task_whose_data_are_not_cached_is_refused_offline_in_one_line(exporte
 
 
 def test_task_names_benchmarks_and_the_default_resolve_and_a_typo_is_refused():
-    assert [t.metadata.name for t in mteb_eval.resolve_tasks("default")] == list(mteb_eval.CPU_TASKS)
+    default = mteb_eval.resolve_tasks("default")
+    assert [t.metadata.name for t in default] == list(mteb_eval.CPU_TASKS)
     full = mteb_eval.resolve_tasks(f"STS12,{mteb_eval.FULL_ENGLISH}")
     assert len(full) == 41 and sum(t.metadata.name == "STS12" for t in full) == 1
+    english = {t.metadata.name: t.hf_subsets for t in full}
+    assert {t.metadata.name: t.hf_subsets for t in default} == {n: english[n] for n in mteb_eval.CPU_TASKS}
+    assert english["STS17"] == ["en-en"]
     with pytest.raises(ValueError, match="'STS-12' is neither an MTEB task nor an MTEB benchmark"):
         mteb_eval.resolve_tasks("STS-12")
 
