@@ -61,7 +61,8 @@ def resolve_tasks(spec: str) -> list:
                 except (KeyError, ValueError):
                     raise ValueError(f"{name!r} is neither an MTEB task nor an MTEB benchmark "
                                      f"({str(err.args[0]).removeprefix('KeyError: ')}); `default` is "
-                                     f"{', '.join(CPU_TASKS)}; the full English benchmark is {FULL_ENGLISH!r}") from None
+                                     f"{', '.join(CPU_TASKS)}; the full English benchmark is "
+                                     f"{FULL_ENGLISH!r}") from None
         tasks.update((task.metadata.name, task) for task in found)
     return list(tasks.values())
 
@@ -101,10 +102,11 @@ class KitEncoder(AbsEncoder):
 
     def __init__(self, encoder, name: str):
         self.encoder = encoder
-        self.budget = input_limit(encoder) - (len(encoder.template) if encoder.template else 2)
+        limit = min(input_limit(encoder), encoder.max_length or input_limit(encoder))  # --max-length, if shorter
+        self.budget = limit - (len(encoder.template) if encoder.template else 2)
         self.mteb_model_meta = ModelMeta.create_empty({
-            "name": name, "revision": WRAPPER_DIGEST, "similarity_fn_name": ScoringFunction.COSINE, "embed_dim": encoder.dim,
-            "framework": ["PyTorch"], "languages": ["eng-Latn"]})
+            "name": name, "revision": WRAPPER_DIGEST, "embed_dim": encoder.dim, "framework": ["PyTorch"],
+            "similarity_fn_name": ScoringFunction.COSINE})
 
     def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs) -> np.ndarray:
         texts = fit_texts(self.encoder.tokenizer, [text for batch in inputs for text in batch["text"]], self.budget)
@@ -116,7 +118,7 @@ class KitEncoder(AbsEncoder):
 
 def check_data(tasks: list) -> None:
     """Offline (HF_HUB_OFFLINE=1), every task's data must load from the local cache: the first that does not is
-    refused in one line naming it. Online with the Hub unreachable, refused before minutes of retries."""
+    refused in one line naming it. Online with the Hub unreachable, refused before half a minute of retries per task."""
     if not offline_mode():
         unreachable = hub_unreachable()
         if unreachable:

@@ -223,6 +223,8 @@ def test_texts_longer_than_the_model_takes_are_cut_inside_the_template(exported)
     encoder = Encoder(model, tokenizer, "prompt_mask", template=PROMPTBERT_BERT, progress=False)
     wrapper = mteb_eval.KitEncoder(encoder, "prefixed")
     assert wrapper.budget == 512 - 4 - len(encoder.template)  # positions less the prefix and the template
+    shorter = Encoder(model, tokenizer, "prompt_mask", template=PROMPTBERT_BERT, max_length=64, progress=False)
+    assert mteb_eval.KitEncoder(shorter, "prefixed").budget == 64 - len(encoder.template)  # --max-length
     long_text = "unbelievably " * 600
     cut = mteb_eval.fit_texts(tokenizer, [long_text, "short"], wrapper.budget)
     assert cut[1] == "short" and long_text.startswith(cut[0])
