@@ -78,7 +78,12 @@ def cmd_eval(args) -> int:
     from .models import load_model, resolve_reference
     from .train.export import max_length_of, prompt_reading_of
 
-    tasks = parse_tasks(args.tasks)  # fail on a typo before loading anything
+    if args.benchmark == "mteb":
+        from .mteb_eval import resolve_tasks
+
+        tasks = resolve_tasks(args.tasks)
+    else:
+        tasks = parse_tasks(args.tasks or "sts")  # fail on a typo before loading anything
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
     pooler = args.pooler or _pooler_of(args.model)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
@@ -90,6 +95,8 @@ def cmd_eval(args) -> int:
         print(f"sentences cut at {max_length} tokens (from {args.model}/cse_kit.json; --max-length to change)")
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
                       max_length=max_length, device=args.device, amp=args.amp, template=reading)
+    if args.benchmark == "mteb":
+        return _eval_mteb(args, encoder, tasks)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)
     print(format_tables(result))
     if args.output:
@@ -97,6 +104,29 @@ def cmd_eval(args) -> int:
 
         unverified = unverified_reads()  # read under CSE_KIT_ALLOW_UNVERIFIED_DATA: said with the result
         print(f"wrote {write_json_atomic(args.output, {**result, **({'unverified_data': unverified} if unverified else {})})}")
+    return 0
+
+
+def _eval_mteb(args, encoder, tasks) -> int:
+    """MTEB through the mteb package, into the results store: a model this store trained adds to its run's record,
+    any other to the record of (model, pooler)."""
+    from .io import write_json_atomic
+    from .mteb_eval import format_table, version
+    from .results import Pretrained, ResultStore
+
+    store = ResultStore(args.results_dir, args.data_dir)
+    target = store.run_of_model(args.model) or Pretrained(args.model, encoder.pooler)
+    record, reused = store.get_mteb(target, tasks, encoder=encoder, force=args.force)
+    results = {task.metadata.name: record["metrics"]["mteb"][task.metadata.name] for task in tasks}
+    print(f"model {args.model}  pooler {encoder.pooler}  MTEB {version()} (main scores x100; mteb's own evaluation)")
+    print(format_table(results))
+    if reused:
+        print(f"reused from the results store: {', '.join(reused)} (--force evaluates them again)")
+    print(f"results store: record {record['key']} in {store.root}")
+    if args.output:
+        full = {"benchmark": "mteb", "mteb_version": version(), "model": args.model, "pooler": encoder.pooler,
+                "record": record["key"], "tasks": results}
+        print(f"wrote {write_json_atomic(args.output, full)}")
     return 0
 
 
@@ -240,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .eval.encode import POOLERS
 
-    p = sub.add_parser("eval", help="the papers' SentEval protocol: STS and transfer tasks",
+    p = sub.add_parser("eval", help="the papers' SentEval protocol (STS and transfer tasks), or MTEB (--benchmark mteb)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="poolers:\n" + "\n".join(f"  {k}: {v}" for k, v in POOLERS.items()))
     p.add_argument("--model", required=True, help="short name, Hub id or local directory")
@@ -250,11 +280,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", help="the prompt poolers' template, *sent0* for the sentence and *mask* for the mask "
                                       "token; default: the model's cse_kit.json, else PromptBERT's "
                                       "'This sentence of \"*sent0*\" means*mask*.'")
-    p.add_argument("--tasks", default="sts", help="sts, transfer, all, or comma-separated names (default sts)")
+    p.add_argument("--benchmark", default="senteval", choices=["senteval", "mteb"],
+                   help="senteval (default): the papers' protocol, the kit's own implementation; mteb: MTEB tasks "
+                        "through the mteb package (pip install -e '.[mteb]'), results into the results store")
+    p.add_argument("--tasks", help="SentEval: sts, transfer, all, or comma-separated names (default sts). MTEB: "
+                                   "comma-separated task or benchmark names; default: a CPU selection of 12 English "
+                                   "tasks (cse_kit.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English benchmark")
     p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
                    help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
                         "transfer config (kfold 5, rmsprop); dev: dev numbers, fast config")
-    p.add_argument("--output", help="write the result JSON here")
+    p.add_argument("--output", help="write the result JSON here (MTEB: mteb's full result of every task)")
+    p.add_argument("--results-dir", help="MTEB: the results store (default: $CSE_KIT_RESULTS or reports/results)")
+    p.add_argument("--force", action="store_true", help="MTEB: evaluate again the tasks the results store has")
     p.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's default 1111)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--max-tokens", type=int, default=None,
@@ -343,7 +380,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError) as e:
+    except (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError, ImportError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
     except (PermissionError, OSError) as e:

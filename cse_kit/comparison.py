@@ -93,6 +93,16 @@ def sts_columns(record: dict, gold: dict[str, np.ndarray]) -> dict:
     return {**out, "Avg. STS": float(np.mean(list(out.values())))}
 
 
+#: how the long table names an MTEB task's column
+MTEB_PREFIX = "MTEB "
+
+
+def mteb_columns(record: dict) -> dict:
+    """Each MTEB task's main score (×100; mteb's own evaluation) that the record has (`cse-kit eval --benchmark mteb`
+    on the run's model, or the notebook's `mteb_tasks`); none when it has none."""
+    return {MTEB_PREFIX + task: 100 * r["main_score"] for task, r in record["metrics"].get("mteb", {}).items()}
+
+
 def cost_columns(record: dict, batch_size: int, full_steps: int) -> dict:
     """Training seconds per step, sentences/s, peak memory (GPU on CUDA, else the process's resident memory) and
     the projected wall time of the run's full recipe on this machine."""
@@ -281,8 +291,45 @@ def columns(gold_scores: dict[str, np.ndarray], transfer: str | None):
         full_steps = cfg["epochs"] * (CORPUS_SENTENCES // cfg["batch_size"]) + cfg.get("stage1_steps", 0)
         return {**sts_columns(record, gold_scores),
                 "Avg. transfer": record["metrics"][transfer]["avg"] if transfer else math.nan,
-                **cost_columns(record, cfg["batch_size"], full_steps)}
+                **cost_columns(record, cfg["batch_size"], full_steps), **mteb_columns(record)}
     return of
+
+
+def evaluate_mteb(found: dict[str, list[dict]], store, spec: str) -> None:
+    """Every run of found (experiments.records) evaluated on the MTEB tasks of spec (names, benchmark names or
+    `default`: cse_kit.mteb_eval.resolve_tasks) into its record; tasks a record has are reused."""
+    from .mteb_eval import resolve_tasks
+
+    tasks = resolve_tasks(spec)
+    for record in {r["key"]: r for records in found.values() for r in records}.values():
+        store.get_mteb(record["key"], tasks)
+
+
+def mteb_tasks(long: pd.DataFrame) -> list[str]:
+    return [c for c in long if c.startswith(MTEB_PREFIX)]
+
+
+def with_mteb_average(long: pd.DataFrame) -> pd.DataFrame:
+    """long with `Avg. MTEB` for the runs that have MTEB results: the mean over the tasks every such run has (like
+    compared with like); long as it is when none has any."""
+    tasks = mteb_tasks(long)
+    if not tasks:
+        return long
+    has = long[tasks].notna().any(axis=1)
+    common = [c for c in tasks if long.loc[has, c].notna().all()]
+    return long.assign(**{"Avg. MTEB": long[common].mean(axis=1).where(has) if common else math.nan})
+
+
+def mteb_table(long: pd.DataFrame) -> pd.DataFrame:
+    """Per method and recipe with MTEB results: the mean over its seeds of each task's main score (×100) and of
+    Avg. MTEB, and the seeds; an empty frame when no run has MTEB results."""
+    tasks = mteb_tasks(long)
+    if not tasks:
+        return pd.DataFrame()
+    ok = long[(long.status == "ok") & long[tasks].notna().any(axis=1)].copy()
+    ok["method"], ok["recipe"] = zip(*ok.row.map(method_and_recipe))
+    groups = ok.groupby(["recipe", "method"], sort=False)
+    return groups[[*tasks, "Avg. MTEB"]].mean().assign(seeds=groups.size()).reset_index()
 
 
 def method_and_recipe(row_label: str) -> tuple[str, str]:
@@ -290,12 +337,13 @@ def method_and_recipe(row_label: str) -> tuple[str, str]:
     return method, recipe.rstrip(")")
 
 
-def summary(long: pd.DataFrame, measures=("Avg. STS", "Avg. transfer")) -> pd.DataFrame:
+def summary(long: pd.DataFrame, measures=("Avg. STS", "Avg. transfer", "Avg. MTEB")) -> pd.DataFrame:
     """Per method and recipe: mean ± std, the 95% interval (t over the seeds) and n of each measure, and the paper's
-    own average STS beside the paper recipe. A measure no run has (transfer not asked for) is left out."""
+    own average STS beside the paper recipe. A measure no run has (transfer not asked for, no MTEB results) is left
+    out."""
     from scipy.stats import t as student
 
-    measures = [m for m in measures if long[m].notna().any()]
+    measures = [m for m in measures if m in long and long[m].notna().any()]
     lines = []
     for row, group in long[long.status == "ok"].groupby("row", sort=False):
         method, recipe = method_and_recipe(row)

@@ -229,6 +229,41 @@ class ResultStore:
         finally:
             lock.release()
 
+    def run_of_model(self, model_dir) -> str | None:
+        """The key of this store's trained run whose exported model model_dir is (<root>/runs/<key>/model), or None."""
+        path = Path(model_dir).expanduser().resolve()
+        if path.name == "model" and path.parent.parent == (self.root / "runs").resolve() \
+                and self.record_path(path.parent.name).is_file():
+            return path.parent.name
+        return None
+
+    def get_mteb(self, target, tasks: list, *, encoder=None, force: bool = False) -> tuple[dict, list[str]]:
+        """The record of target (a subject, or the key of a record in this store) with an MTEB result for every task
+        (mteb tasks: cse_kit.mteb_eval.resolve_tasks) in its metrics' `mteb`, by task name. A stored result of the
+        same mteb version, data revision, wrapper and encoding is reused unless force; the others run one task at a
+        time through mteb, the record written after each (an interrupted run keeps the tasks it finished). encoder:
+        the record's model ready to encode (default: ResultStore.encoder). Returns (record, the names reused)."""
+        from .mteb_eval import KitEncoder, check_data, evaluate_task, is_current
+
+        key = target if isinstance(target, str) else self.key(target)
+        with self.lock(key):
+            record = self._load(key) or (None if isinstance(target, str) else self._new_record(key, target))
+            if record is None:
+                raise FileNotFoundError(f"no record {key} in {self.root}")
+            encoder = encoder or self.encoder(record)
+            if encoder.pooler != record["pooler"]:
+                raise ValueError(f"record {key} was evaluated with pooler {record['pooler']}, not {encoder.pooler}: "
+                                 "leave --pooler out")
+            stored = record["metrics"].get("mteb", {})
+            todo = [t for t in tasks if force or not is_current(stored.get(t.metadata.name), t, encoder)]
+            check_data(todo)
+            model = KitEncoder(encoder, record["model_dir"]) if todo else None
+            for task in todo:
+                record["metrics"].setdefault("mteb", {})[task.metadata.name] = evaluate_task(model, task)
+                record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+                self._write(record)
+        return record, [t.metadata.name for t in tasks if t not in todo]
+
     def _write(self, record: dict) -> None:
         unverified = unverified_reads()
         if unverified:  # read under CSE_KIT_ALLOW_UNVERIFIED_DATA: say so in the record

@@ -36,6 +36,7 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 methods: list = ["SimCSE", "ConSERT", "PromptBERT", "DiffCSE", "SCD", "ESimCSE", "DiffAug"]  # the methods compared
 recipes: list = ["paper recipe", "shared recipe"]  # each paper's preset as published, and one recipe for all
 transfer: str = "auto"  # transfer evaluation: test, fasttest or none; auto: the profile's (test on paper, none on cpu, smoke)
+mteb_tasks: str = ""  # MTEB tasks every run is also evaluated on through mteb (pip install -e '.[mteb]'): names, a benchmark name ('MTEB(eng, v2)') or default (a CPU selection); empty: the MTEB results the store has (cse-kit eval --benchmark mteb)
 bootstrap_samples: int = 1000  # replicates of the paired bootstrap over the STS test pairs
 level: float = 0.05  # significance level of both tests
 
@@ -54,11 +55,18 @@ transfer_evaluation = cmp.transfer_evaluation(s.profile, transfer)
 rows = cmp.rows(s.profile, methods, recipes)
 evals = cmp.evaluations(transfer_evaluation)
 gold = cmp.gold(s.store.data_dir)
-long = ex.run_rows(rows, s, evals, cmp.columns(gold, transfer_evaluation))
 found = ex.records(rows, s, evals)
+if mteb_tasks:
+    cmp.evaluate_mteb(found, s.store, mteb_tasks)
+long = cmp.with_mteb_average(ex.run_rows(rows, s, evals, cmp.columns(gold, transfer_evaluation)))
 scores = cmp.summary(long)
-display(ex.show_values(scores, "Average STS test and transfer test per method and recipe: mean ± std, 95% interval "
-                              "over the seeds, the paper's own number beside its recipe"))
+display(ex.show_values(scores, "Average STS test and transfer test (and MTEB, where the runs have MTEB results) per "
+                              "method and recipe: mean ± std, 95% interval over the seeds, the paper's own number "
+                              "beside its recipe"))
+mteb = cmp.mteb_table(long)
+if len(mteb):
+    display(ex.show_values(mteb, "MTEB main scores ×100 (mteb's own evaluation of the same vectors), mean over the "
+                                 "seeds; Avg. MTEB over the tasks every such run has"))
 
 # %%
 tests, words = {}, []
@@ -90,5 +98,6 @@ ex.save_table(s, cmp.NOTEBOOK, cmp.TITLE, figures=[strip, frontier], paper=None,
               notes=[*words, f"Pareto front ({recipes[0]}): {', '.join(front)}",
                      cmp.profile_note(s.profile, transfer_evaluation)],
               extra={"tables": {"scores": scores.to_dict("records"), "cost": costs.to_dict("records"),
+                                **({"MTEB main scores": mteb.to_dict("records")} if len(mteb) else {}),
                                 **{f"{recipe}: {name}": matrix.reset_index().to_dict("records")
                                    for recipe, matrices in tests.items() for name, matrix in matrices.items()}}})

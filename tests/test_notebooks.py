@@ -122,12 +122,25 @@ def test_diffaug_table6_shows_the_papers_consert_joint_beside_ours_and_the_alpha
 
 
 def test_compare_methods_shows_seeds_significance_and_cost_on_smoke(tmp_path, data_dir, results_dir):
+    from cse_kit import comparison as cmp
+    from cse_kit.results import ResultStore
+    from test_mteb import sts_task
+
+    # one run with an MTEB result (as `cse-kit eval --benchmark mteb` on its model leaves it): its method gains MTEB
+    # columns, the other none
+    store = ResultStore(results_dir, data_dir)
+    simcse = store.get(cmp.rows("smoke", ["SimCSE"], ["paper recipe"])[0].subject("smoke", 1), cmp.evaluations(None))
+    record, _ = store.get_mteb(simcse["key"], [sts_task(data_dir)[0]])
     nb = _run("compare_methods", tmp_path, data_dir, results_dir, profile="smoke", methods=["SimCSE", "ConSERT"],
               recipes=["paper recipe"], bootstrap_samples=50)
     table = report.table_of(nb)
     assert table["paper"] is None and table["seeds"] == [1, 2]
     scores = {r["method"]: r for r in table["extra"]["tables"]["scores"]}
     assert set(scores) == {"SimCSE", "ConSERT"} and scores["SimCSE"]["seeds"] == 2
+    mteb = table["extra"]["tables"]["MTEB main scores"]
+    assert [(r["method"], r["seeds"]) for r in mteb] == [("SimCSE", 1)]
+    assert mteb[0]["MTEB LocalSTSBenchmark"] == 100 * record["metrics"]["mteb"]["LocalSTSBenchmark"]["main_score"]
+    assert scores["SimCSE"]["Avg. MTEB mean"] == mteb[0]["Avg. MTEB"]
     assert scores["SimCSE"]["paper Avg. STS"] == 76.25 and -100 < scores["ConSERT"]["Avg. STS mean"] < 100
     matrix = table["extra"]["tables"]["paper recipe: paired t-test over seeds"]
     assert {r["row − column"] for r in matrix} == {"SimCSE", "ConSERT"}
