@@ -137,8 +137,11 @@ def cmd_train(args) -> int:
               "--profile paper, cpu or smoke to choose)")
     cfg = build_config(args.preset, profile, _train_overrides(args))
     args.run_dir = cfg.output_dir  # named when the run is stopped (main)
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+    finally:
+        signal.signal(signal.SIGTERM, before)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
@@ -385,9 +388,10 @@ def _resumes(args) -> str:
         return "resume"
     from pathlib import Path
 
+    from .io import recover_dir
     from .train.loop import checkpoint_step
 
-    step = checkpoint_step(Path(args.run_dir) / "checkpoint")
+    step = checkpoint_step(recover_dir(Path(args.run_dir) / "checkpoint"))  # stopped in the middle of a swap
     return (f"resume {args.run_dir} from its checkpoint at step {step}" if step is not None else
             f"train {args.run_dir} (it stopped before its first checkpoint: from step 0)")
 

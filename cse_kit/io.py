@@ -205,8 +205,11 @@ def holder_lock(path):
 def _write_holder(fd: int) -> None:
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
               "command": " ".join(sys.argv)}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    except OSError:  # a full disk: the lock holds all the same, its file just does not say by whom
+        pass
 
 
 def lock_holder(path) -> dict | None:
