@@ -87,24 +87,36 @@ def test_a_second_trainer_into_a_held_run_folder_waits_naming_the_holder_and_sig
                 proc.wait()
 
 
+def _checkpoint_step(run):
+    return json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"]
+
+
 def test_sigterm_to_a_training_run_says_that_it_stopped_and_from_which_step_it_resumes(data_dir, tmp_path, capsys):
     from cse_kit import cli
-    from cse_kit.train.loop import checkpoint_step
 
     run = tmp_path / "run"
     state = run / "checkpoint" / "trainer_state.json"
 
+    finished = threading.Event()
+
     def terminate_after_a_checkpoint():
-        deadline = time.time() + 300
-        while not state.is_file() and time.time() < deadline:
-            time.sleep(0.05)
+        while not state.is_file():
+            if finished.wait(0.05):  # the command ended without a checkpoint: no signal for whatever runs next
+                return
         os.kill(os.getpid(), signal.SIGTERM)
 
-    before = signal.getsignal(signal.SIGTERM)
-    threading.Thread(target=terminate_after_a_checkpoint, daemon=True).start()
-    assert cli.main([*TRAIN, "--data-dir", str(data_dir), "--output-dir", str(run)]) == 128 + signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) == before  # the command's handler is its own
-    step = checkpoint_step(run / "checkpoint")
+    def unhandled(signum, frame):
+        raise AssertionError("the command left SIGTERM to the caller")
+
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        threading.Thread(target=terminate_after_a_checkpoint, daemon=True).start()
+        assert cli.main([*TRAIN, "--data-dir", str(data_dir), "--output-dir", str(run)]) == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) == unhandled  # the command's handler is its own
+    finally:
+        finished.set()
+        signal.signal(signal.SIGTERM, before)
+    step = _checkpoint_step(run)
     assert step >= 2 and capsys.readouterr().err.splitlines()[-1] == (
         f"cse-kit: stopped by SIGTERM; nothing half-written is kept. Rerun the same command to resume {run} from its "
         f"checkpoint at step {step}.")

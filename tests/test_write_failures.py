@@ -93,7 +93,9 @@ def test_a_full_disk_at_a_checkpoint_or_the_model_export_and_ctrl_c_keep_nothing
     assert steps == sorted(set(steps)) and steps[-1] == 4  # each step logged once
 
 
-def test_records_eval_output_data_import_and_the_tokenized_cache_on_a_full_disk(small_disk, data_dir, capsys):
+def test_records_eval_output_data_import_the_tokenized_cache_and_the_report_page_on_a_full_disk(
+        small_disk, data_dir, capsys, monkeypatch):
+    from cse_kit import report, results
     from cse_kit.io import WriteFailed
     from cse_kit.models import load_model
     from cse_kit.results import Pretrained, ResultStore
@@ -107,6 +109,7 @@ def test_records_eval_output_data_import_and_the_tokenized_cache_on_a_full_disk(
         capsys.readouterr().err.splitlines()[-1]
     assert cli.main(["data", "import", str(ARCHIVES["sts_raw"]), "--data-dir", str(small_disk / "data")]) == 2
     assert one_error_line(capsys).startswith(f"cse-kit: error: cannot write {small_disk / 'data'}: {NO_SPACE}")
+    monkeypatch.setitem(results.EVALUATIONS, "sts_dev", lambda *args: {"measured": True})  # the record's write only
     store = ResultStore(small_disk / "results", data_dir)
     pretrained = Pretrained("smoke-bert", "cls_before_pooler", "smoke")
     with pytest.raises(WriteFailed, match=f"cannot write {store.record_path(store.key(pretrained))}: {NO_SPACE}"):
@@ -114,6 +117,11 @@ def test_records_eval_output_data_import_and_the_tokenized_cache_on_a_full_disk(
     tokenizer, _ = load_model("smoke-bert")
     with pytest.raises(WriteFailed, match=f"cannot write {small_disk / 'cache'}/.*arrow: {NO_SPACE}"):
         tokenize([(f"sentence number {i}",) for i in range(5000)], tokenizer, 32, small_disk / "cache")
+    capsys.readouterr()  # the tokenizing progress bar
+    monkeypatch.setattr(report, "execute_all", lambda *args: [])  # the page of no notebook: its own write only
+    pages = small_disk / "reports"
+    assert cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--out", str(pages)]) == 2
+    assert one_error_line(capsys).startswith(f"cse-kit: error: cannot write {pages / 'index.html'}: {NO_SPACE}")
     assert leftovers(small_disk) == [] and not list((small_disk / "cache").iterdir())
 
 
