@@ -84,7 +84,7 @@ def ensure_dir(path, what: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocker = next(p for p in (path, *path.parents) if p.exists() and not p.is_dir())
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
         raise ValueError(f"{what} {path} is not a folder: {blocker} is a file. Choose a folder (or remove the "
                          "file)") from None
     return path
@@ -196,10 +196,24 @@ def recover_dir(path) -> Path:
 
 def holder_lock(path):
     """A file lock (filelock: an OS lock the kernel releases when its process dies, so a crash never leaves it held)
-    whose file says who holds it, one JSON line (lock_holder), so that a stuck holder can be found."""
+    whose file says who holds it, one JSON line (lock_holder), so that a stuck holder can be found. On a filesystem
+    without flock (Lustre mounted without `-o flock`) filelock's own lock files, which record their holder's pid."""
     from filelock import FileLock
 
-    return FileLock(path, on_acquired=_write_holder)
+    return FileLock(path, on_acquired=_write_holder) if _has_flock(Path(path).parent) else FileLock(path)
+
+
+def _has_flock(folder: Path) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # Windows: filelock's native lock
+        return True
+    try:
+        with tempfile.TemporaryFile(dir=folder) as probe:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:  # not even an empty file fits (a full disk): the lock will say so itself
+        return err.errno != errno.ENOSYS
+    return True
 
 
 def _write_holder(fd: int) -> None:
@@ -228,7 +242,7 @@ def describe_holder(holder: dict | None) -> str:
     return f"pid {holder['pid']} on host {holder['host']} since {holder['since']}"
 
 
-def stopped(holder: dict | None) -> bool:
+def holder_stopped(holder: dict | None) -> bool:
     """Whether the holder is a process of this machine that is alive but stopped (SIGSTOP, Ctrl-Z, a suspended
     SLURM job): it holds its lock and makes no progress until continued."""
     if holder is None or holder["host"] != socket.gethostname():
@@ -259,7 +273,7 @@ def acquire_or_wait(lock, what: str, notify, *, stopped_after: float = 60.0, pol
             return
         except Timeout:
             holder = lock_holder(lock.lock_file)
-        if not stopped(holder):
+        if not holder_stopped(holder):
             stopped_since, reported = None, False
             continue
         stopped_since = stopped_since or time.monotonic()

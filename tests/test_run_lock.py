@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 HOLD = "from cse_kit.io import holder_lock; import sys, time; lock = holder_lock(sys.argv[1]); lock.acquire(); " \
        "print('held', flush=True); time.sleep(600)"
 
@@ -121,3 +123,20 @@ def test_sigterm_to_a_training_run_says_that_it_stopped_and_from_which_step_it_r
         f"cse-kit: stopped by SIGTERM; nothing half-written is kept. Rerun the same command to resume {run} from its "
         f"checkpoint at step {step}.")
     assert not (run / ".checkpoint.new").exists()
+
+
+def test_a_filesystem_without_flock_still_locks(tmp_path, monkeypatch):
+    """Lustre mounted without `-o flock` answers ENOSYS: filelock's own lock files take over (they record the pid)."""
+    import errno
+    import fcntl
+
+    from cse_kit.io import holder_lock
+
+    def no_flock(*args):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock = holder_lock(tmp_path / ".lock")
+    with pytest.warns(UserWarning, match="flock not supported on this filesystem"), lock:
+        assert lock.is_locked and (tmp_path / ".lock").exists()
+    assert not lock.is_locked
