@@ -78,15 +78,19 @@ def writing(path, partial=None):
         raise WriteFailed(path, *found) from None
 
 
+def not_a_file(path, what: str) -> Path:
+    """`path`, or a ValueError naming `what` where it (or a folder above it) is a file."""
+    path = Path(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ValueError(f"{what} {path} is not a folder: {blocker} is a file. Choose a folder (or remove the file)")
+    return path
+
+
 def ensure_dir(path, what: str) -> Path:
     """mkdir -p `path`, or a ValueError naming `what` where it (or a folder above it) is a file."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
-        raise ValueError(f"{what} {path} is not a folder: {blocker} is a file. Choose a folder (or remove the "
-                         "file)") from None
+    path = not_a_file(path, what)
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -62,9 +62,8 @@ def test_a_second_trainer_into_a_held_run_folder_waits_naming_the_holder_and_sig
         data_dir, tmp_path):
     from cse_kit.io import lock_holder
 
-    run = tmp_path / "run"
-    run.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run / ".lock")], stdout=subprocess.PIPE, text=True)
+    run, lock = tmp_path / "run", tmp_path / ".run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True)
     second = None
     try:
         assert holder.stdout.readline() == "held\n"
@@ -73,9 +72,9 @@ def test_a_second_trainer_into_a_held_run_folder_waits_naming_the_holder_and_sig
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert _line(second.stderr) == (
             f"cse-kit: waiting for {run}: another trainer trains into it; held by pid {holder.pid} on host "
-            f"{socket.gethostname()} since {lock_holder(run / '.lock')['since']} ({run / '.lock'})\n")
+            f"{socket.gethostname()} since {lock_holder(lock)['since']} ({lock})\n")
         time.sleep(1)
-        assert second.poll() is None and not (run / "log.jsonl").exists()  # waits, trains nothing
+        assert second.poll() is None and not run.exists()  # waits, trains nothing
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=120)
         assert second.returncode == 128 + signal.SIGTERM

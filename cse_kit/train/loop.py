@@ -27,8 +27,8 @@ from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..eval.prefix_dynamics import snapshot_path
 from ..io import (
-    acquire_or_wait, ensure_dir, holder_lock, recover_dir, remove, swap_dir, write_json_atomic, write_tensors_atomic,
-    write_text_atomic, writing,
+    acquire_or_wait, ensure_dir, holder_lock, not_a_file, recover_dir, remove, swap_dir, write_json_atomic,
+    write_tensors_atomic, write_text_atomic, writing,
 )
 from ..models import load_model
 from ..prompt import Template
@@ -48,8 +48,8 @@ class RunStateError(ValueError):
 
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
-#: The run folder's lock file (one trainer per run folder) and the checkpoint being written beside the last one.
-RUN_LOCK, NEW_CHECKPOINT = ".lock", ".checkpoint.new"
+#: The checkpoint being written beside the last one.
+NEW_CHECKPOINT = ".checkpoint.new"
 #: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
 NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
                 "stage1_snapshot_steps")
@@ -134,13 +134,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
 
 @contextlib.contextmanager
 def run_lock(run: Path):
-    """Hold the run folder's lock (its file says who holds it) for the block; while another trainer holds it, say
-    so on stderr, naming it, and wait. Processes other than the first of a multi-process run (torchrun, accelerate
-    launch: RANK > 0) train under their first process's lock."""
+    """Hold the run folder's lock, `.<name>.lock` beside it (its file says who holds it; beside, so that a run
+    refused before it starts leaves no folder), for the block; while another trainer holds it, say so on stderr,
+    naming it, and wait. Processes other than the first of a multi-process run (torchrun, accelerate launch:
+    RANK > 0) train under their first process's lock."""
     if int(os.environ.get("RANK", "0")) != 0:
         yield
         return
-    lock = holder_lock(ensure_dir(run, "output_dir") / RUN_LOCK)
+    not_a_file(run, "output_dir")
+    lock = holder_lock(ensure_dir(run.parent, "output_dir") / f".{run.name}.lock")
     acquire_or_wait(lock, f"waiting for {run}: another trainer trains into it",
                     lambda message: print(f"cse-kit: {message}", file=sys.stderr, flush=True))
     try:
