@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import signal
 import sys
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a scheduler's stop), raised where the process is, so that what it was writing is removed as
+    on Ctrl-C and the command says that it stopped."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
 
 
 def _data_dir_arg(p: argparse.ArgumentParser) -> None:
@@ -46,7 +56,8 @@ def cmd_data(args) -> int:
     fill = ("Fill it with `cse-kit data import ARCHIVE...` (the archives of ../shared/data, or your own copies) or "
             "`cse-kit data download` (needs internet)")
     if not root.is_dir():
-        print(f"cse-kit: data directory {root} does not exist (misspelt --data-dir or $CSE_KIT_DATA?). {fill}.",
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        print(f"cse-kit: data directory {root} {what} (misspelt --data-dir or $CSE_KIT_DATA?). {fill}.",
               file=sys.stderr)
         return 1
     named = getattr(args, "names", None) or None
@@ -161,7 +172,12 @@ def cmd_train(args) -> int:
         print(f"profile {profile} (auto: {'a CUDA GPU' if torch.cuda.is_available() else 'no CUDA GPU'}; "
               "--profile paper, cpu or smoke to choose)")
     cfg = build_config(args.preset, profile, _train_overrides(args))
-    summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+    args.run_dir = cfg.output_dir  # named when the run is stopped (main)
+    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+    finally:
+        signal.signal(signal.SIGTERM, before)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
@@ -212,8 +228,9 @@ def cmd_report(args) -> int:
     if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
         import os
 
-        from .parallel import CLUSTER_ENV, WORKERS_ENV
+        from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params
 
+        executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
     index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper,
@@ -233,9 +250,10 @@ def cmd_status(args) -> int:
     --profile, one matrix per profile that has saved tables (none: says so)."""
     from .experiments import resolve_profile
     from .report import coverage, coverage_text, saved_profiles, saved_tables, select
+    from .results import default_results_dir
 
     names = select(args.paper, getattr(args, "only", None))
-    where = args.results_dir or "reports/results"
+    where = args.results_dir or default_results_dir()
     profiles = [resolve_profile(args.profile)] if args.profile else saved_profiles(args.results_dir)
     if not profiles:
         print(f"no saved tables in {where}: run a notebook or `cse-kit report --profile smoke` first")
@@ -374,12 +392,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     from .data import DataError
+    from .io import WriteFailed
     from .models import ModelNotFoundError
     from .train.loop import NonFiniteLoss
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except WriteFailed as e:
+        resumes = ": it resumes where it stopped" if args.command in ("train", "report") else ""
+        print(f"cse-kit: error: {e}. Free space there (or raise the file size limit, `ulimit -f`) and run the same "
+              f"command again{resumes}", file=sys.stderr)
+        return 2
     except (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError, ImportError) as e:
         print(f"cse-kit: error: {e}", file=sys.stderr)
         return 2
@@ -389,10 +413,30 @@ def main(argv=None) -> int:
         print(f"cse-kit: error: cannot write {e.filename or 'a file'} ({e.strerror}): choose a folder you can write "
               "(--output-dir, --results-dir, --out, --data-dir) or change its permissions", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # every write is atomic and runs resume from their last checkpoint
-        print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to "
-              f"{'resume' if args.command in ('train', 'report') else 'start again'}.", file=sys.stderr)
+    except KeyboardInterrupt as stop:  # every write is atomic and runs resume from their last checkpoint
+        if isinstance(stop, Terminated):
+            print(f"cse-kit: stopped by SIGTERM; nothing half-written is kept. Rerun the same command to "
+                  f"{_resumes(args)}.", file=sys.stderr)
+            return 128 + signal.SIGTERM
+        print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to {_resumes(args)}.",
+              file=sys.stderr)
         return 130
+
+
+def _resumes(args) -> str:
+    """What rerunning a stopped command does: a training run resumes from its last checkpoint's step."""
+    if args.command not in ("train", "report"):
+        return "start again"
+    if not getattr(args, "run_dir", None):
+        return "resume"
+    from pathlib import Path
+
+    from .io import recover_dir
+    from .train.loop import checkpoint_step
+
+    step = checkpoint_step(recover_dir(Path(args.run_dir) / "checkpoint"))  # stopped in the middle of a swap
+    return (f"resume {args.run_dir} from its checkpoint at step {step}" if step is not None else
+            f"train {args.run_dir} (it stopped before its first checkpoint: from step 0)")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,19 @@ def settings() -> tuple[int, str]:
     return workers, cluster
 
 
+def executor_params() -> dict:
+    """The extra submitit parameters of $CSE_KIT_EXECUTOR_PARAMS (a JSON object), or a ValueError naming it."""
+    text = os.environ.get(EXECUTOR_PARAMS_ENV, "{}")
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError:
+        params = None
+    if not isinstance(params, dict):
+        raise ValueError(f"{EXECUTOR_PARAMS_ENV} must be a JSON object, e.g. '{{\"slurm_partition\": \"gpu\"}}' "
+                         f"(names and text in double quotes), got {text!r}")
+    return params
+
+
 def drain(results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
     """One worker: compute every task no other process is computing, then wait for (reuse or resume) the others.
     Returns the keys this worker computed or completed."""
@@ -82,7 +95,7 @@ def _executors(folder: Path, workers: int, cluster: str) -> list:
     import submitit
     import torch
 
-    params = json.loads(os.environ.get(EXECUTOR_PARAMS_ENV, "{}"))
+    params = executor_params()
     if cluster == "slurm":
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
         executor.update_parameters(**{"gpus_per_node": 1, "tasks_per_node": 1, "timeout_min": 24 * 60, **params})

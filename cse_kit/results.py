@@ -23,13 +23,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from filelock import Timeout
-
 from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
 from .data.loaders import md5_file
 from .data.registry import BUILT_SOURCES
 from .environment import describe
-from .io import write_json_atomic
+from .io import acquire_or_wait, holder_lock, write_json_atomic
 from .train.config import TrainConfig
 
 PACKAGE = Path(__file__).resolve().parent
@@ -175,13 +173,12 @@ class ResultStore:
         """The lock of one key, held while its record is read, computed or written: a file lock (`filelock`, an
         OS lock the kernel releases when its process dies, so a crash never leaves it held). One object per lock
         file in a process, re-entrant, so a caller holding it may call `get`. `with store.lock(key):` waits;
-        `store.lock(key).acquire(timeout=0)` raises `filelock.Timeout` when another process holds it."""
-        from filelock import FileLock
-
+        `store.lock(key).acquire(timeout=0)` raises `filelock.Timeout` when another process holds it. The lock file
+        says who holds it (cse_kit.io.lock_holder)."""
         path = (self.root / "locks" / f"{key}.lock").resolve()
         if path not in _LOCKS:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _LOCKS[path] = FileLock(path)
+            _LOCKS[path] = holder_lock(path)
         return _LOCKS[path]
 
     def run_dir(self, key: str) -> Path:
@@ -206,11 +203,7 @@ class ResultStore:
             raise ValueError(f"unknown evaluation(s) {unknown}; choose from {', '.join(EVALUATIONS)}")
         key = self.key(subject)
         lock = self.lock(key)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            self.notify(f"waiting for run {key}: another process is computing it ({lock.lock_file})")
-            lock.acquire()
+        acquire_or_wait(lock, f"waiting for run {key}: another process is computing it", self.notify)
         try:
             if self.force and key not in self._recomputed:
                 self._discard(key)

@@ -22,7 +22,7 @@ from pathlib import Path
 from .loaders import (
     ACCEPTED, CHUNK, DataError, accepted_md5s, checksum_problems, count_problems, count_records, md5_file,
 )
-from ..io import remove_abandoned, write_json_atomic
+from ..io import ensure_dir, remove_abandoned, write_json_atomic, writing
 from .registry import REGISTRY, SIMCSE_HUB_REPO, DatasetSpec, Source, resolve_data_dir, spec
 
 
@@ -61,12 +61,13 @@ def status(data_dir=None, names=None) -> dict:
 @contextmanager
 def staging(data_dir: Path):
     """A fresh staging folder, named with this process's id so that the next run can tell (and remove) the ones
-    a killed run left behind."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    a killed run left behind. A full disk is named as one (WriteFailed)."""
+    ensure_dir(data_dir, "data directory (--data-dir, else $CSE_KIT_DATA)")
     remove_abandoned(data_dir, ".staging-")
     tmp = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=data_dir))
     try:
-        yield tmp
+        with writing(data_dir):
+            yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -14,6 +14,7 @@ from ..data import (
     resolve_data_dir,
 )
 from ..data.registry import BUILT_SOURCES, ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS, STS_TEXTS
+from ..io import ensure_dir, remove, writing
 
 
 def is_nli(source: str) -> bool:
@@ -72,7 +73,7 @@ def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, ca
     for ex in examples:
         key.update("\t".join(ex).encode() + b"\n")
     cache = Path(cache_dir) / f"{key.hexdigest()[:20]}.arrow"
-    cache.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(cache.parent, "the tokenized cache")
     columns = {f"text{k}": [ex[k] for ex in examples] for k in range(len(examples[0]))}
 
     def encode(batch):
@@ -83,11 +84,17 @@ def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, ca
         return {f"ids{k}": tokenizer(batch[f"text{k}"], truncation=True, max_length=max_seq_length)["input_ids"]
                 for k in range(len(columns))}
 
-    # the content key is the fingerprint: datasets would otherwise hash `encode` with the tokenizer it closes over
-    # (dill, 0.44 s a run, cached or not)
-    return Dataset.from_dict(columns).map(encode, batched=True, remove_columns=list(columns),
-                                          cache_file_name=str(cache), load_from_cache_file=True,
-                                          new_fingerprint=key.hexdigest()[:20], desc="tokenizing")
+    there = set(cache.parent.iterdir())
+    with writing(cache):
+        try:  # the content key is the fingerprint: datasets would otherwise hash `encode` with the tokenizer it
+            # closes over (dill, 0.44 s a run, cached or not)
+            return Dataset.from_dict(columns).map(encode, batched=True, remove_columns=list(columns),
+                                                  cache_file_name=str(cache), load_from_cache_file=True,
+                                                  new_fingerprint=key.hexdigest()[:20], desc="tokenizing")
+        except BaseException:  # datasets' temporary file: its own clean-up stops at the full disk's next error
+            for path in set(cache.parent.iterdir()) - there:
+                remove(path)
+            raise
 
 
 def parse_length_buckets(spec: str | None) -> list[int] | None:

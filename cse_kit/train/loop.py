@@ -26,7 +26,10 @@ from ..data.registry import ORDERED_CORPORA
 from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..eval.prefix_dynamics import snapshot_path
-from ..io import recover_dir, swap_dir, write_json_atomic, write_tensors_atomic
+from ..io import (
+    acquire_or_wait, ensure_dir, holder_lock, not_a_file, recover_dir, remove, swap_dir, write_json_atomic,
+    write_tensors_atomic, write_text_atomic, writing,
+)
 from ..models import load_model
 from ..prompt import Template
 from .config import TrainConfig
@@ -47,6 +50,8 @@ class RunStateError(ValueError):
 
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
+#: The checkpoint being written beside the last one.
+NEW_CHECKPOINT = ".checkpoint.new"
 #: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
 NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
                 "stage1_snapshot_steps")
@@ -123,7 +128,34 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
 
     A run resumes only with the configuration it was started with (what differs is named), unless
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
-    on the optimizer, the schedule recomputed) and each change is recorded in the summary."""
+    on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
+    folder (run_lock): a second one waits for the first and then resumes or returns its run."""
+    with run_lock(Path(cfg.output_dir)):
+        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes)
+
+
+@contextlib.contextmanager
+def run_lock(run: Path):
+    """Hold the run folder's lock, `.<name>.lock` beside it (its file says who holds it; beside, so that a run
+    refused before it starts leaves no folder), for the block; while another trainer holds it, say so on stderr,
+    naming it, and wait. Processes other than the first of a multi-process run (torchrun, accelerate launch:
+    RANK > 0) train under their first process's lock."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    not_a_file(run, "output_dir")
+    lock = holder_lock(ensure_dir(run.parent, "output_dir") / f".{run.name}.lock")
+    acquire_or_wait(lock, f"waiting for {run}: another trainer trains into it",
+                    lambda message: print(f"cse-kit: {message}", file=sys.stderr, flush=True))
+    try:
+        remove(run / NEW_CHECKPOINT)  # half-written by a killed trainer; no other trainer writes it now
+        yield
+    finally:
+        lock.release()
+
+
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool) -> dict:
+    """train() under the run folder's lock."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
     from tqdm import tqdm
@@ -258,11 +290,11 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
 
     def log(record):
         if accelerator.is_main_process:
-            with log_path.open("a") as f:
+            with writing(log_path), log_path.open("a") as f:  # a torn last line is dropped on resume
                 f.write(json.dumps(record) + "\n")
 
     def stop(what: str):
-        step = _checkpoint_step(checkpoint)
+        step = checkpoint_step(checkpoint)
         good = (f"The last good checkpoint is {checkpoint} (step {step})" if step is not None
                 else "No checkpoint was written yet")
         best = f", the best model {run / 'model'} (step {state['best_step']})" if state["best_step"] else ""
@@ -275,16 +307,17 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
         if not _finite_weights(objective):
             stop("the weights are not finite")
         t = time.perf_counter()
-        tmp = run / ".checkpoint.new"
+        tmp = run / NEW_CHECKPOINT
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         accelerator.wait_for_everyone()
-        with _quiet_tied_weights():
+        with writing(checkpoint, partial=tmp), _quiet_tied_weights():  # a full disk or Ctrl-C leaves no tmp
             accelerator.save_state(str(tmp))  # every process writes its own RNG states
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            write_json_atomic(tmp / "trainer_state.json", state)
-            swap_dir(tmp, checkpoint)
+            with writing(checkpoint, partial=tmp):
+                write_json_atomic(tmp / "trainer_state.json", state)
+                swap_dir(tmp, checkpoint)
         accelerator.wait_for_everyone()
         state["seconds"]["checkpoint"] += time.perf_counter() - t
 
@@ -534,7 +567,7 @@ def _step_batch(batches, nli_batches, step: int, first_stage: int, micro: int, a
     return batch
 
 
-def _checkpoint_step(checkpoint: Path):
+def checkpoint_step(checkpoint: Path):
     path = checkpoint / "trainer_state.json"
     return json.loads(path.read_text())["step"] if path.is_file() else None
 
@@ -555,6 +588,4 @@ def _truncate_log(path: Path, step: int, fix: str) -> None:
             raise RunStateError(f"{path}:{i + 1} is damaged ({e}); repair or remove that line, or {fix}") from None
         if record["step"] <= step:
             keep.append(line)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    tmp.replace(path)
+    write_text_atomic(path, "".join(line + "\n" for line in keep))
