@@ -1,12 +1,14 @@
 """The parallel runner: several local worker processes (submitit) share one results store through its locks."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from cse_kit import experiments as ex
@@ -78,3 +80,67 @@ def test_worker_settings_are_checked(monkeypatch):
     monkeypatch.setenv(parallel.CLUSTER_ENV, "ray")
     with pytest.raises(ValueError, match="CSE_KIT_CLUSTER one of local, slurm"):
         parallel.settings()
+
+
+def _preemptible_runs(seeds):
+    """Runs long enough to be interrupted mid-training (16 steps, a checkpoint only where a stop asks for one)."""
+    return [build_config("simcse-bert", "smoke", {"seed": seed, "max_examples": 256, "eval_steps": 8})
+            for seed in seeds]
+
+
+def interrupt_mid_training(store, sends: list, timeout=300):
+    """[(subject, send)]: once subject's run has logged step 4 of 16, `send(job_id)` to the worker job training it."""
+    jobs, waiting = store.root / "jobs", list(sends)
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for subject, send in list(waiting):
+            run = store.run_dir(store.key(subject))
+            log = run / "log.jsonl"
+            if log.is_file() and any(json.loads(line)["step"] >= 4 for line in log.read_text().splitlines() if line):
+                [job] = [p.name.split("_")[0] for p in jobs.glob("*_log.out") if f"output {run}" in p.read_text()]
+                send(job)
+                waiting.remove((subject, send))
+        time.sleep(0.05)
+    assert not waiting, f"{len(waiting)} run(s) never reached step 4"
+
+
+def assert_trained_once_and_resumed(store, subjects, interrupted, reference):
+    """Every run started fresh once (the workers' logs), the interrupted one resumed from a checkpoint after step 0,
+    and it ended bit-identical to the same run trained without interruption in `reference`."""
+    logs = "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.out"))
+    for subject in subjects:
+        assert logs.count(f"; fresh; output {store.run_dir(store.key(subject))}") == 1, logs
+    run = store.run_dir(store.key(interrupted))
+    resumed = [int(m) for m in re.findall(rf"resuming at step (\d+); output {re.escape(str(run))}", logs)]
+    assert resumed and min(resumed) >= 4, logs
+    expected = reference.get(interrupted, ("sts_dev",))
+    record = json.loads(store.record_path(store.key(interrupted)).read_text())
+    assert record["metrics"] == expected["metrics"] and record["train_curve"] == expected["train_curve"]
+    weights = "model/model.safetensors"
+    assert (run / weights).read_bytes() == (reference.run_dir(store.key(interrupted)) / weights).read_bytes()
+
+
+def _compute_in_background(store, subjects, **kwargs):
+    computed = []
+    thread = threading.Thread(target=lambda: computed.extend(parallel.compute_all(
+        store, [(s, ("sts_dev",)) for s in subjects], workers=2, log=lambda *a: None, **kwargs)))
+    thread.start()
+    return thread, computed
+
+
+def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bit_exactly(data_dir, tmp_path):
+    """SIGTERM to a worker (what SLURM sends at pre-emption): its run saves a checkpoint after the current step, the
+    job restarts (submitit's local requeue) and resumes the run there; nothing is trained twice."""
+    store = ResultStore(tmp_path / "results", data_dir)
+    subjects = _preemptible_runs([1, 2])
+    thread, computed = _compute_in_background(store, subjects)
+
+    def terminate(job):  # the local job id is its controller's pid; the worker is the controller's child
+        [worker] = psutil.Process(int(job)).children()
+        worker.send_signal(signal.SIGTERM)
+
+    interrupt_mid_training(store, [(subjects[0], terminate)])
+    thread.join(timeout=600)
+    assert sorted(computed) == sorted(store.key(s) for s in subjects)
+    assert "SIGTERM: " in "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.err"))
+    assert_trained_once_and_resumed(store, subjects, subjects[0], ResultStore(tmp_path / "reference", data_dir))
