@@ -166,6 +166,7 @@ def cmd_report(args) -> int:
     import time
 
     from .report import build
+    from .stopping import stopping_together
 
     if args.list:
         return cmd_status(args)
@@ -180,8 +181,9 @@ def cmd_report(args) -> int:
 
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
-    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper,
-                  jobs=args.jobs)
+    with stopping_together():  # Ctrl-C or SIGTERM stops the notebooks' kernels and the workers too
+        index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only,
+                      papers=args.paper, jobs=args.jobs)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
     failed = [run["name"] for run in json.loads((index.parent / "report.json").read_text())["runs"]
               if run["status"] == "failed"]

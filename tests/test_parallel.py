@@ -1,6 +1,7 @@
 """The parallel runner: several local worker processes (submitit) share one results store through its locks."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -144,3 +145,30 @@ def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bi
     assert sorted(computed) == sorted(store.key(s) for s in subjects)
     assert "SIGTERM: " in "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.err"))
     assert_trained_once_and_resumed(store, subjects, subjects[0], ResultStore(tmp_path / "reference", data_dir))
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data_dir, tmp_path):
+    """SIGTERM to `cse-kit report --workers 2`, or Ctrl-C (SIGINT to the terminal's process group; the kernels are in
+    sessions of their own), while its workers train: no process it started outlives it, and it says so in one line."""
+    results = tmp_path / "results"
+    report = subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
+                               "figure2_cosine", "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
+                               str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env={**os.environ, "TQDM_DISABLE": "1"})
+    deadline = time.monotonic() + 300
+    while not list(results.glob("runs/*/log.jsonl")) and time.monotonic() < deadline and report.poll() is None:
+        time.sleep(0.1)
+    tree = psutil.Process(report.pid).children(recursive=True)
+    assert any("submitit.core._submit" in p.cmdline() for p in tree), "no worker was training"
+    if how == "SIGTERM":
+        report.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(report.pid, signal.SIGINT)
+    out, err = report.communicate(timeout=120)
+    assert report.returncode == 130
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "cse-kit: interrupted; nothing half-written is kept. Rerun the same command to resume."], err
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
