@@ -117,7 +117,9 @@ def _pooler_of(model: str) -> str:
 def cmd_train(args) -> int:
     from .experiments import resolve_profile
     from .train import build_config, train
+    from .train.launch import join_srun_step
 
+    join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = resolve_profile(args.profile)
     if args.profile == "auto":
         import torch

@@ -147,7 +147,7 @@ def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bi
     assert_trained_once_and_resumed(store, subjects, subjects[0], ResultStore(tmp_path / "reference", data_dir))
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+@pytest.mark.parametrize("how", ["SIGTERM", pytest.param("Ctrl-C", marks=pytest.mark.slow)])  # one handler for both
 def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data_dir, tmp_path):
     """SIGTERM to `cse-kit report --workers 2`, or Ctrl-C (SIGINT to the terminal's process group; the kernels are in
     sessions of their own), while its workers train: no process it started outlives it, and it says so in one line."""

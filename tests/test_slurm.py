@@ -76,18 +76,25 @@ def test_requeue_and_usr2_on_slurm_resume_each_run_from_its_checkpoint_bit_exact
         assert_trained_once_and_resumed(store, subjects, subject, reference)
 
 
-def test_two_cpu_processes_in_one_slurm_allocation_train_what_one_process_trains(slurm, data_dir, tmp_path):
-    """torchrun under sbatch: a 2-CPU allocation, one gloo group of 2, the same losses as one process."""
+# torchrun under sbatch needed no change (the same launcher as tests/test_train.py): the srun case is the new one
+@pytest.mark.parametrize("launcher", ["srun", pytest.param("torchrun", marks=pytest.mark.slow)])
+def test_two_cpu_processes_in_one_slurm_allocation_train_what_one_process_trains(launcher, slurm, data_dir,
+                                                                                  tmp_path):
+    """`srun` (2 tasks) or torchrun (1 task, 2 CPUs) under sbatch: one gloo group of 2, the same losses as one
+    process."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     train = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
              str(data_dir), "--no-progress", *_two_process_settings()]
     one, two = tmp_path / "one", tmp_path / "two"
+    if launcher == "srun":
+        command, allocation = ["srun", sys.executable], ["--ntasks=2", "--cpus-per-task=1"]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"]
+        allocation = ["--ntasks=1", f"--cpus-per-task={min(2, os.cpu_count())}"]  # the node has this machine's CPUs
     script = tmp_path / "two.sh"
-    script.write_text("#!/bin/bash\nexec " + " ".join([sys.executable, "-m", "torch.distributed.run",
-                                                       "--nproc_per_node", "2", "--master_port", "29519", *train,
-                                                       "--output-dir", str(two)]) + "\n")
-    job = subprocess.Popen(["sbatch", "--wait", "--cpus-per-task=2", f"--output={tmp_path / 'two.log'}",
-                            str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script.write_text("#!/bin/bash\nexec " + " ".join([*command, *train, "--output-dir", str(two)]) + "\n")
+    job = subprocess.Popen(["sbatch", "--wait", *allocation, f"--output={tmp_path / 'two.log'}", str(script)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     subprocess.run([sys.executable, *train, "--output-dir", str(one)], env=env, check=True, capture_output=True)
     out, err = job.communicate(timeout=600)
     assert job.returncode == 0, err + (tmp_path / "two.log").read_text()
