@@ -27,6 +27,22 @@ def test_jobs_ask_for_a_gpu_only_where_the_profile_trains_on_one():
     assert set(parallel.job_resources(tasks("cpu"))) == {"cpus_per_task"}
 
 
+def test_the_tasks_of_an_srun_step_become_one_process_group_and_nothing_else_does():
+    from cse_kit.train.launch import join_srun_step
+
+    step = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+            "SLURM_JOB_ID": "7"}
+    env = dict(step)
+    join_srun_step(env)
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")} == \
+        {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "20007"}
+    for unchanged in ({**step, "SLURM_STEP_NUM_TASKS": "1"}, {**step, "RANK": "0"},  # one task; torchrun's
+                      {"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}):  # the batch script of a 2-task job (no step)
+        env = dict(unchanged)
+        join_srun_step(env)
+        assert env == unchanged
+
+
 def test_the_report_runs_its_pending_runs_as_slurm_jobs_and_equals_a_local_run(slurm, data_dir, tmp_path):
     """`cse-kit report --cluster slurm` on a cluster without GPUs, with no extra setting; each run trained once by
     a SLURM job, the same record as the same run computed here; no poll of the scheduler on the console."""
