@@ -1,5 +1,6 @@
 """The parallel runner: several local worker processes (submitit) share one results store through its locks."""
 
+import contextlib
 import json
 import os
 import re
@@ -150,10 +151,12 @@ def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bi
 @pytest.mark.parametrize("how", ["SIGTERM", pytest.param("Ctrl-C", marks=pytest.mark.slow)])  # one handler for both
 def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data_dir, tmp_path):
     """SIGTERM to `cse-kit report --workers 2`, or Ctrl-C (SIGINT to the terminal's process group; the kernels are in
-    sessions of their own), while its workers train: no process it started outlives it, and it says so in one line."""
+    sessions of their own), while its workers train: no process it started outlives it, and it says so in one line.
+    With two notebooks they run in a pool of worker processes, with one in the report's own process."""
     results = tmp_path / "results"
+    notebooks = ["figure2_cosine", "table12_14_hparams"] if how == "SIGTERM" else ["figure2_cosine"]
     report = subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
-                               "figure2_cosine", "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
+                               *notebooks, "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
                                str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True,
                               env={**os.environ, "TQDM_DISABLE": "1"})
@@ -161,12 +164,19 @@ def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data
     while not list(results.glob("runs/*/log.jsonl")) and time.monotonic() < deadline and report.poll() is None:
         time.sleep(0.1)
     tree = psutil.Process(report.pid).children(recursive=True)
-    assert any("submitit.core._submit" in p.cmdline() for p in tree), "no worker was training"
-    if how == "SIGTERM":
-        report.send_signal(signal.SIGTERM)
-    else:
-        os.killpg(report.pid, signal.SIGINT)
-    out, err = report.communicate(timeout=120)
+    try:
+        assert any("submitit.core._submit" in p.cmdline() for p in tree), "no worker was training"
+        if how == "SIGTERM":
+            report.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(report.pid, signal.SIGINT)
+        out, err = report.communicate(timeout=120)
+    finally:  # whatever the outcome, nothing of it is left running
+        if report.poll() is None:
+            report.kill()
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
     assert report.returncode == 130
     assert [line for line in err.splitlines() if line.strip()] == [
         "cse-kit: interrupted; nothing half-written is kept. Rerun the same command to resume."], err

@@ -54,7 +54,8 @@ _stop_asked: list[bool] = []
 def stop_after_this_step() -> None:
     """Ask the running training loop to save a checkpoint after its current step and raise TrainingStopped. It only
     records the request, so a signal handler may call it: the loop acts between two steps, where the model, the
-    optimizers and the random states are consistent."""
+    optimizers and the random states are consistent. For a run in one process (the parallel runner's workers):
+    across processes, each would have to ask at the same step."""
     _stop_asked.append(True)
 
 
