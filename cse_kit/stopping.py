@@ -12,6 +12,9 @@ import psutil
 
 #: a local submitit job's controller restarts its worker when the worker leaves to requeue (cse_kit.parallel)
 LOCAL_CONTROLLER = "submitit.local._local"
+#: multiprocessing's resource tracker ends with the report; stopped before, it is relaunched, with a traceback for
+#: each semaphore it no longer knows
+RESOURCE_TRACKER = "multiprocessing.resource_tracker"
 
 
 def _descendants() -> list[psutil.Process]:
@@ -46,8 +49,9 @@ def stop_descendants(grace_s: float = 30.0) -> None:
     """Stop every process this one started: local job controllers at once (else they restart their worker), then
     SIGTERM to the rest, so a worker saves its run's checkpoint after the current step; whatever is left after
     grace_s is killed. Nothing half-written is kept: every write is atomic."""
-    processes = _descendants()  # all of them before any ends and leaves its own children to PID 1
-    controllers = [p for p in processes if _is(p, LOCAL_CONTROLLER)]
+    # all of them before any ends and leaves its own children to PID 1
+    processes = [p for p in _descendants() if not _runs(p, RESOURCE_TRACKER)]
+    controllers = [p for p in processes if _runs(p, LOCAL_CONTROLLER)]
     others = [p for p in processes if p not in controllers]
     for group, sig in ((controllers, signal.SIGKILL), (others, signal.SIGTERM)):
         for p in group:
@@ -60,8 +64,8 @@ def stop_descendants(grace_s: float = 30.0) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
-def _is(process: psutil.Process, module: str) -> bool:
+def _runs(process: psutil.Process, module: str) -> bool:
     try:
-        return module in process.cmdline()
+        return any(module in part for part in process.cmdline())
     except psutil.Error:
         return False

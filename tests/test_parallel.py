@@ -130,6 +130,7 @@ def _compute_in_background(store, subjects, **kwargs):
     return thread, computed
 
 
+@pytest.mark.slow  # the same pre-emption path as tests/test_slurm.py's requeue test, which runs by default
 def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bit_exactly(data_dir, tmp_path):
     """SIGTERM to a worker (what SLURM sends at pre-emption): its run saves a checkpoint after the current step, the
     job restarts (submitit's local requeue) and resumes the run there; nothing is trained twice."""
