@@ -164,7 +164,9 @@ def _pooler_of(model: str) -> str:
 def cmd_train(args) -> int:
     from .experiments import resolve_profile
     from .train import build_config, train
+    from .train.launch import join_srun_step
 
+    join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = resolve_profile(args.profile)
     if args.profile == "auto":
         import torch
@@ -218,6 +220,7 @@ def cmd_report(args) -> int:
     import time
 
     from .report import build
+    from .stopping import stopping_together
 
     if args.list:
         return cmd_status(args)
@@ -233,8 +236,9 @@ def cmd_report(args) -> int:
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
-    index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only, papers=args.paper,
-                  jobs=args.jobs)
+    with stopping_together():  # Ctrl-C or SIGTERM stops the notebooks' kernels and the workers too
+        index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only,
+                      papers=args.paper, jobs=args.jobs)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
     failed = [run["name"] for run in json.loads((index.parent / "report.json").read_text())["runs"]
               if run["status"] == "failed"]

@@ -8,6 +8,13 @@ checkpoint: the OS drops a dead process's file lock). So no run is trained twice
 and a run is done as long as one worker survives; whatever is still missing afterwards is computed in the calling
 process as without workers.
 
+A worker is pre-emptible (`Drain`): on SIGUSR2 (what submitit's `--signal` sends before the time limit, and
+`scancel --signal=USR2`) or SIGTERM (SLURM's pre-emption, `scontrol requeue`, the time limit itself) its run in
+training saves a checkpoint after the current step and the job requeues; the requeued job walks the same list,
+finds finished runs finished and resumes that run from its checkpoint. On SLURM a SIGTERM only checkpoints and
+exits: SLURM is then requeuing the job (pre-emption, `scontrol requeue`) or ending it (`scancel`, the time limit),
+and requeuing it from inside would undo a `scancel`.
+
 `cse-kit report --workers N` sets CSE_KIT_WORKERS (and CSE_KIT_CLUSTER) for the notebooks it executes; a notebook
 run by hand takes the same variables."""
 
@@ -15,11 +22,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
 from filelock import Timeout
+from submitit.helpers import Checkpointable
 
 from .results import Pretrained, ResultStore
 from .train.config import TrainConfig
@@ -90,7 +101,73 @@ def drain(results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
     return done
 
 
-def _executors(folder: Path, workers: int, cluster: str) -> list:
+class Drain(Checkpointable):
+    """drain() as a pre-emptible worker job: submitit calls checkpoint() (Checkpointable's: this same call again)
+    and requeues the job; _Preemption decides when."""
+
+    def __call__(self, results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
+        from .train.loop import TrainingStopped
+
+        preemption = _Preemption()
+        try:
+            return drain(results_dir, data_dir, tasks)
+        except TrainingStopped as stopped:
+            preemption.leave(f"{stopped}")
+
+
+class _Preemption:
+    """The worker's SIGTERM and SIGUSR2 handler. A signal that arrives while a run trains is deferred to the end of
+    its current step (loop.stop_after_this_step), where the run saves a checkpoint; at any other time (an
+    evaluation, a wait for another worker's run) leaving at once loses nothing."""
+
+    def __init__(self):
+        from submitit import JobEnvironment
+
+        self.cluster = JobEnvironment().cluster
+        self.requeue = signal.getsignal(JobEnvironment._usr_sig())  # submitit's checkpoint_and_try_requeue
+        self.signum, self.leaving = None, False
+        for signum in (signal.SIGTERM, JobEnvironment._usr_sig()):
+            signal.signal(signum, self.on_signal)
+
+    def on_signal(self, signum: int, frame) -> None:
+        from .train.loop import stop_after_this_step, train
+
+        if self.leaving:
+            return
+        self.signum = signum
+        while frame is not None and frame.f_code is not train.__code__:
+            frame = frame.f_back
+        if frame is None:
+            self.leave("no run was training")
+        else:  # the run stops after this step: Drain catches its TrainingStopped and leaves
+            stop_after_this_step()
+
+    def leave(self, what: str) -> None:
+        self.leaving = True
+        name = signal.Signals(self.signum).name
+        if self.signum == signal.SIGTERM and self.cluster == "slurm":
+            print(f"{name}: {what}; SLURM requeues this job or ends it", file=sys.stderr, flush=True)
+            sys.exit(-1)
+        print(f"{name}: {what}; requeuing", file=sys.stderr, flush=True)
+        self.requeue(self.signum, None)  # checkpoint() resubmits the call, requeues (locally: restarts), exits
+
+
+def job_resources(tasks: list[Task]) -> dict:
+    """What one SLURM worker job asks for: a GPU where its runs train on one (the paper profile; `auto` is
+    resolved to it where there is CUDA), else CPUs: 1 for the smoke profile's tiny models, up to 8 for cpu runs.
+    A cluster without GPUs refuses any GPU request, so cpu and smoke jobs make none."""
+    if any(subject.profile == "paper" for subject, _ in tasks):
+        return {"gpus_per_node": 1}
+    smoke = all(subject.profile == "smoke" for subject, _ in tasks)
+    return {"cpus_per_task": 1 if smoke else min(8, os.cpu_count() or 1)}
+
+
+def executor_params() -> dict:
+    """CSE_KIT_EXECUTOR_PARAMS: extra submitit parameters, a JSON object."""
+    return json.loads(os.environ.get(EXECUTOR_PARAMS_ENV, "{}"))
+
+
+def _executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:
     """One submitit executor per worker: locally each pinned to one GPU (round robin) when there are GPUs."""
     import submitit
     import torch
@@ -98,7 +175,7 @@ def _executors(folder: Path, workers: int, cluster: str) -> list:
     params = executor_params()
     if cluster == "slurm":
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        executor.update_parameters(**{"gpus_per_node": 1, "tasks_per_node": 1, "timeout_min": 24 * 60, **params})
+        executor.update_parameters(**{**resources, "tasks_per_node": 1, "timeout_min": 24 * 60, **params})
         return [executor] * workers
     gpus = torch.cuda.device_count()
     out = []
@@ -121,14 +198,45 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     log(f"{len(pending)} runs pending: {n} workers ({cluster}); logs in {folder}")
     # each worker starts at another place in the list, so they claim different runs first
     starts = [i * len(pending) // n for i in range(n)]
-    jobs = [executor.submit(drain, str(store.root), store.data_dir, pending[start:] + pending[:start])
-            for start, executor in zip(starts, _executors(folder, n, cluster))]
-    computed = []
+    jobs = [executor.submit(Drain(), str(store.root), store.data_dir, pending[start:] + pending[:start])
+            for start, executor in zip(starts, _executors(folder, n, cluster, job_resources(pending)))]
+    ended = _wait_quietly(jobs) if cluster == "slurm" else jobs
     for job in jobs:
         try:
-            computed += job.result()
+            if job not in ended:
+                raise RuntimeError("it left the queue without a result (cancelled, or killed by its node)")
+            job.result()
         except Exception as err:  # the runs it held are resumed by the others or the caller
             warnings.warn(f"worker {job.job_id} failed ({type(err).__name__}: {str(err).strip()[-500:]}); log: "
                           f"{job.paths.stderr}", stacklevel=2)
+    # from the store, not the jobs' answers: a requeued job answers for its last part only
+    computed = [store.key(subject) for subject, evals in pending if store.has(subject, evals)]
     log(f"workers computed {len(computed)} of {len(pending)} runs")
     return computed
+
+
+def _wait_quietly(jobs: list, poll_s: float = 1.0, queue_every_s: float = 10.0) -> list:
+    """Wait for SLURM jobs; returns those that ended with a result. submitit's own wait asks SLURM's accounting
+    (sacct) every few seconds and lets its complaints through, "Slurm accounting storage is disabled" once per poll
+    where there is none: here each job's result file is watched, and squeue (no accounting needed) says when a job
+    left the queue without one. A requeued job stays in the queue, so it is waited for."""
+    waiting, last_queue_check = list(jobs), time.monotonic()
+    while waiting:
+        time.sleep(poll_s)
+        waiting = [job for job in waiting if not job.paths.result_pickle.exists()]
+        if waiting and time.monotonic() - last_queue_check >= queue_every_s:
+            queued = _queued_job_ids()
+            last_queue_check = time.monotonic()
+            if queued is not None:
+                waiting = [job for job in waiting if job.job_id in queued or job.paths.result_pickle.exists()]
+    return [job for job in jobs if job.paths.result_pickle.exists()]
+
+
+def _queued_job_ids() -> set[str] | None:
+    """This user's jobs in the SLURM queue (pending, running, requeued), or None when squeue does not answer."""
+    try:
+        done = subprocess.run(["squeue", "--noheader", "--format=%i", f"--user={os.getuid()}"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(done.stdout.split()) if done.returncode == 0 else None

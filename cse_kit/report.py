@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -477,7 +478,9 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
 
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch or kernel-client state
     finished, started = {}, 0
-    with context.Manager() as manager, ProcessPoolExecutor(jobs, mp_context=context) as pool:
+    # the workers ignore Ctrl-C: cli.cmd_report stops them (cse_kit.stopping), else the pool's exit would wait for them
+    with context.Manager() as manager, ProcessPoolExecutor(jobs, mp_context=context, initializer=signal.signal,
+                                                           initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         lines = manager.Queue()
         pending = {pool.submit(_execute_in_worker, name, params, executed_dir, force, lines) for name in names}
         log(f"{total} notebook(s), {min(jobs, total)} at once")

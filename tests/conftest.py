@@ -34,6 +34,30 @@ def data_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A one-node SLURM cluster (tests/slurm_cluster.py) for the whole session, stopped at its end."""
+    import slurm_cluster
+
+    why = slurm_cluster.missing()
+    if why:
+        pytest.skip(why)
+    cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster, monkeypatch):
+    """The cluster, with this test's SLURM clients (sbatch, squeue, submitit) pointed at it."""
+    for name, value in slurm_cluster.env.items():
+        monkeypatch.setenv(name, value)
+    return slurm_cluster
+
+
+@pytest.fixture(scope="session")
 def minilm():
     """(tokenizer, model) of the offline all-MiniLM-L6-v2."""
     from cse_kit.models import load_model

@@ -1,12 +1,16 @@
 """The parallel runner: several local worker processes (submitit) share one results store through its locks."""
 
+import contextlib
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from cse_kit import experiments as ex
@@ -78,3 +82,104 @@ def test_worker_settings_are_checked(monkeypatch):
     monkeypatch.setenv(parallel.CLUSTER_ENV, "ray")
     with pytest.raises(ValueError, match="CSE_KIT_CLUSTER one of local, slurm"):
         parallel.settings()
+
+
+def _preemptible_runs(seeds):
+    """Runs long enough to be interrupted mid-training (16 steps, a checkpoint only where a stop asks for one)."""
+    return [build_config("simcse-bert", "smoke", {"seed": seed, "max_examples": 256, "eval_steps": 8})
+            for seed in seeds]
+
+
+def interrupt_mid_training(store, sends: list, timeout=300):
+    """[(subject, send)]: once subject's run has logged step 4 of 16, `send(job_id)` to the worker job training it."""
+    jobs, waiting = store.root / "jobs", list(sends)
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        for subject, send in list(waiting):
+            run = store.run_dir(store.key(subject))
+            log = run / "log.jsonl"
+            if log.is_file() and any(json.loads(line)["step"] >= 4 for line in log.read_text().splitlines() if line):
+                [job] = [p.name.split("_")[0] for p in jobs.glob("*_log.out") if f"output {run}" in p.read_text()]
+                send(job)
+                waiting.remove((subject, send))
+        time.sleep(0.05)
+    assert not waiting, f"{len(waiting)} run(s) never reached step 4"
+
+
+def assert_trained_once_and_resumed(store, subjects, interrupted, reference):
+    """Every run started fresh once (the workers' logs), the interrupted one resumed from a checkpoint after step 0,
+    and it ended bit-identical to the same run trained without interruption in `reference`."""
+    logs = "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.out"))
+    for subject in subjects:
+        assert logs.count(f"; fresh; output {store.run_dir(store.key(subject))}") == 1, logs
+    run = store.run_dir(store.key(interrupted))
+    resumed = [int(m) for m in re.findall(rf"resuming at step (\d+); output {re.escape(str(run))}", logs)]
+    assert resumed and min(resumed) >= 4, logs
+    expected = reference.get(interrupted, ("sts_dev",))
+    record = json.loads(store.record_path(store.key(interrupted)).read_text())
+    assert record["metrics"] == expected["metrics"] and record["train_curve"] == expected["train_curve"]
+    weights = "model/model.safetensors"
+    assert (run / weights).read_bytes() == (reference.run_dir(store.key(interrupted)) / weights).read_bytes()
+
+
+def _compute_in_background(store, subjects, **kwargs):
+    computed = []
+    thread = threading.Thread(target=lambda: computed.extend(parallel.compute_all(
+        store, [(s, ("sts_dev",)) for s in subjects], workers=2, log=lambda *a: None, **kwargs)))
+    thread.start()
+    return thread, computed
+
+
+@pytest.mark.slow  # the same pre-emption path as tests/test_slurm.py's requeue test, which runs by default
+def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bit_exactly(data_dir, tmp_path):
+    """SIGTERM to a worker (what SLURM sends at pre-emption): its run saves a checkpoint after the current step, the
+    job restarts (submitit's local requeue) and resumes the run there; nothing is trained twice."""
+    store = ResultStore(tmp_path / "results", data_dir)
+    subjects = _preemptible_runs([1, 2])
+    thread, computed = _compute_in_background(store, subjects)
+
+    def terminate(job):  # the local job id is its controller's pid; the worker is the controller's child
+        [worker] = psutil.Process(int(job)).children()
+        worker.send_signal(signal.SIGTERM)
+
+    interrupt_mid_training(store, [(subjects[0], terminate)])
+    thread.join(timeout=600)
+    assert sorted(computed) == sorted(store.key(s) for s in subjects)
+    assert "SIGTERM: " in "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.err"))
+    assert_trained_once_and_resumed(store, subjects, subjects[0], ResultStore(tmp_path / "reference", data_dir))
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", pytest.param("Ctrl-C", marks=pytest.mark.slow)])  # one handler for both
+def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data_dir, tmp_path):
+    """SIGTERM to `cse-kit report --workers 2`, or Ctrl-C (SIGINT to the terminal's process group; the kernels are in
+    sessions of their own), while its workers train: no process it started outlives it, and it says so in one line.
+    With two notebooks they run in a pool of worker processes, with one in the report's own process."""
+    results = tmp_path / "results"
+    notebooks = ["figure2_cosine", "table12_14_hparams"] if how == "SIGTERM" else ["figure2_cosine"]
+    report = subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
+                               *notebooks, "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
+                               str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env={**os.environ, "TQDM_DISABLE": "1"})
+    deadline = time.monotonic() + 300
+    while not list(results.glob("runs/*/log.jsonl")) and time.monotonic() < deadline and report.poll() is None:
+        time.sleep(0.1)
+    tree = psutil.Process(report.pid).children(recursive=True)
+    try:
+        assert any("submitit.core._submit" in p.cmdline() for p in tree), "no worker was training"
+        if how == "SIGTERM":
+            report.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(report.pid, signal.SIGINT)
+        out, err = report.communicate(timeout=120)
+    finally:  # whatever the outcome, nothing of it is left running
+        if report.poll() is None:
+            report.kill()
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    assert report.returncode == 130
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "cse-kit: interrupted; nothing half-written is kept. Rerun the same command to resume."], err
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]

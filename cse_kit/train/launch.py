@@ -1,10 +1,12 @@
 """How many processes a run was asked for, where the launcher may start fewer without saying so: `accelerate
 launch --cpu --num_processes N` (or a MULTI_CPU Accelerate config) starts ONE process unless mpirun is given a
-hostfile (`--mpirun_hostfile`), since its CPU launcher runs the script directly instead of through torchrun."""
+hostfile (`--mpirun_hostfile`), since its CPU launcher runs the script directly instead of through torchrun; and
+`srun` starts N tasks that each know their place only from SLURM's variables (join_srun_step)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 #: What starts N CPU processes (torchrun ships with torch; gloo is its CPU backend).
@@ -58,3 +60,20 @@ def check_processes(started: int, argv: list[str] | None = None) -> None:
             f"accelerate launch was asked for {requested} CPU processes but started {started}: its CPU launcher "
             "only starts several through mpirun with a hostfile (--mpirun_hostfile). Start them with "
             + CPU_COMMAND.format(n=requested) + " (the same arguments), which forms a gloo group")
+
+
+def join_srun_step(environ=None) -> None:
+    """The tasks of an `srun` step (`srun --ntasks N python -m cse_kit.cli train ...` under sbatch) as one process
+    group: torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), which Accelerate reads,
+    from SLURM's. Without them each task trained the whole run alone, all into one output folder. Nothing changes
+    under torchrun (RANK is set), outside a step of several tasks, or in a batch script itself (no step)."""
+    env = os.environ if environ is None else environ
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS", "1"))
+    if tasks < 2 or "RANK" in env:
+        return
+    master = "127.0.0.1"
+    if int(env.get("SLURM_STEP_NUM_NODES", "1")) > 1:  # the step's first node
+        master = subprocess.run(["scontrol", "show", "hostnames", env["SLURM_STEP_NODELIST"]], capture_output=True,
+                                text=True, check=True).stdout.split()[0]
+    env.update(RANK=env["SLURM_PROCID"], WORLD_SIZE=str(tasks), LOCAL_RANK=env["SLURM_LOCALID"], MASTER_ADDR=master,
+               MASTER_PORT=env.get("MASTER_PORT", str(20000 + int(env["SLURM_JOB_ID"]) % 20000)))

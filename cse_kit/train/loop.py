@@ -48,6 +48,22 @@ class RunStateError(ValueError):
     """A run folder's files cannot be resumed from; the message names the file and the fix."""
 
 
+class TrainingStopped(Exception):
+    """stop_after_this_step was called (a pre-empted worker job): the run saved a checkpoint and stopped; training
+    it again resumes there."""
+
+
+_stop_asked: list[bool] = []
+
+
+def stop_after_this_step() -> None:
+    """Ask the running training loop to save a checkpoint after its current step and raise TrainingStopped. It only
+    records the request, so a signal handler may call it: the loop acts between two steps, where the model, the
+    optimizers and the random states are consistent. For a run in one process (the parallel runner's workers):
+    across processes, each would have to ask at the same step."""
+    _stop_asked.append(True)
+
+
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
 #: The checkpoint being written beside the last one.
@@ -443,6 +459,12 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool) -> di
             last_save[0] = time.monotonic()
         if state["stopped_early"]:
             break
+        if _stop_asked:
+            _stop_asked.clear()
+            if _checkpoint_step(checkpoint) != step:
+                check_loss()
+                save_checkpoint()
+            raise TrainingStopped(f"{run} stopped after step {step} of {total}; its checkpoint resumes there")
         objective.train()
     bar.close()
     summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"], "best_step": state["best_step"],
