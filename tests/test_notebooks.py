@@ -389,11 +389,20 @@ def test_notebooks_run_several_at_once_with_their_progress_on_the_console(tmp_pa
 def test_relative_data_and_results_directories_are_the_callers_not_the_notebooks(tmp_path, data_dir, results_dir,
                                                                                    monkeypatch):
     """`cse-kit report --data-dir data` from the repository: the kernels run in notebooks/, where `data` would be
-    notebooks/data (every cpu notebook failed: "dataset STS12 is missing from data")."""
+    notebooks/data (every cpu notebook failed: "dataset STS12 is missing from data"). The results store is named
+    `store` here (a link to the module's), so code that resolved it in notebooks/ would write notebooks/store, which
+    this test removes and fails on (such a run once left results0/locks/<key>.lock in the checkout, committed)."""
     import os
 
     monkeypatch.chdir(tmp_path)
-    report.build("smoke", os.path.relpath(results_dir), os.path.relpath(data_dir), "reports", only=["figure2_cosine"],
-                 log=lambda *_: None)
+    (tmp_path / "store").symlink_to(results_dir, target_is_directory=True)
+    try:
+        report.build("smoke", "store", os.path.relpath(data_dir), "reports", only=["figure2_cosine"],
+                     log=lambda *_: None)
+    finally:
+        leaked = NOTEBOOKS / "store"
+        if leaked.exists():
+            shutil.rmtree(leaked)
+            pytest.fail(f"the report wrote into {leaked}")
     runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["ok"], runs
