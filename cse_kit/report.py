@@ -28,7 +28,8 @@ from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
 from .papers import PAPERS, all_notebooks, paper_key, paper_module
 from .papers import notebooks as paper_notebooks
-from .render import long_form_html, ours_text, paper_layout_html, paper_text, values_html, within_tolerance
+from .render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text, values_html,
+                     within_tolerance)
 from .results import default_results_dir, source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,7 +229,7 @@ def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
     if table is None:
         return "not built", "not built", "no table from this notebook for the profile yet: run cse-kit report"
     lines = table.get("comparison", [])
-    reasons = "; ".join(sorted({line["reason"] for line in lines if line.get("reason")}))
+    reasons = "; ".join(not_run_reasons(lines))
     rows = list(dict.fromkeys(line["row"] for line in lines))
     ran = {line["row"] for line in lines if line["n"]}
     profile = table.get("profile", "")
