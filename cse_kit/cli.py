@@ -165,10 +165,13 @@ def cmd_export_st(args) -> int:
 def cmd_report(args) -> int:
     import time
 
-    from .report import build
+    from .checkout import check_notebooks
 
     if args.list:
         return cmd_status(args)
+    check_notebooks()  # before the heavy imports: a plain `pip install .` is refused at once
+    from .report import build
+
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.jobs is not None and args.jobs < 1:
@@ -197,9 +200,10 @@ def cmd_status(args) -> int:
     --profile, one matrix per profile that has saved tables (none: says so)."""
     from .experiments import resolve_profile
     from .report import coverage, coverage_text, saved_profiles, saved_tables, select
+    from .results import default_results_dir
 
     names = select(args.paper, getattr(args, "only", None))
-    where = args.results_dir or "reports/results"
+    where = args.results_dir or default_results_dir()
     profiles = [resolve_profile(args.profile)] if args.profile else saved_profiles(args.results_dir)
     if not profiles:
         print(f"no saved tables in {where}: run a notebook or `cse-kit report --profile smoke` first")

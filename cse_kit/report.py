@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 from traitlets.config import Config
 
+from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from .comparison import TITLE as COMPARISON_TITLE
 from .data import resolve_data_dir
@@ -32,8 +33,6 @@ from .render import (long_form_html, not_run_reasons, ours_text, paper_layout_ht
                      within_tolerance)
 from .results import default_results_dir, source_digest
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIR = ROOT / "notebooks"
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
@@ -527,6 +526,19 @@ def without_machine_paths(text: str, paths: dict[str, str]) -> str:
     return text
 
 
+def where_text(out_dir: Path, results_dir: Path, data_dir: Path) -> list[str]:
+    """The report's first lines: which notebooks it executes and where the page and the results go (an editable
+    install runs its own checkout's notebooks, whatever folder the command is typed in)."""
+    lines = [f"executing the notebooks in {NOTEBOOK_DIR}",
+             f"page {out_dir / 'index.html'}, executed notebooks in {out_dir / 'executed'}",
+             f"results store {results_dir}; data {data_dir}"]
+    here = Path.cwd().resolve()
+    if here != ROOT and (here / "notebooks").is_dir() and (here / "pyproject.toml").is_file():
+        lines.append(f"(not the notebooks of {here}: the cse-kit installed is {ROOT}'s; run `pip install -e .` in "
+                     f"{here} to use its own)")
+    return lines
+
+
 def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, force: bool = False,
           only: list[str] | None = None, log=print, papers: list[str] | None = None, jobs: int | None = None) -> Path:
     """Execute or reuse each selected notebook (`jobs` at once; default_jobs(profile) when None), then write
@@ -535,9 +547,13 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
 
     from .experiments import PROFILE_NOTES
 
+    check_notebooks()
     profile = resolve_profile(profile)
-    out_dir = Path(out_dir) if out_dir else ROOT / "reports"
+    out_dir = (Path(out_dir) if out_dir else ROOT / "reports").resolve()
     names = select(papers, only)
+    for line in where_text(out_dir, Path(results_dir or default_results_dir()).resolve(),
+                           resolve_data_dir(data_dir).resolve()):
+        log(line)
     # absolute: the kernels run in notebooks/, where `--data-dir data` would name notebooks/data
     params = {"profile": profile, "results_dir": str(Path(results_dir).resolve()) if results_dir else "",
               "data_dir": str(Path(data_dir).resolve()) if data_dir else ""}

@@ -324,16 +324,28 @@ def test_whole_smoke_report(tmp_path, data_dir):
     assert not any(c["kind"] == "reproduced" for c in coverage)  # smoke numbers are never called reproduced
 
 
-def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys):
-    """A notebook that fails (here: no data where it looks for it) makes `cse-kit report` exit 1, naming it."""
+def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys, monkeypatch):
+    """A notebook that fails (here: no data where it looks for it) makes `cse-kit report` exit 1, naming it. Its
+    first lines say which notebooks it executes and where everything goes: typed in another clone (here a folder
+    that looks like one), it executes the installed kit's checkout, and says so."""
     from cse_kit import cli
 
     (tmp_path / "nodata").mkdir()
-    code = cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--data-dir", str(tmp_path / "nodata"),
-                     "--results-dir", str(tmp_path / "results"), "--out", str(tmp_path / "reports")])
+    clone = tmp_path / "clone"
+    (clone / "notebooks").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text("")
+    monkeypatch.chdir(clone)
+    code = cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--data-dir", "../nodata",
+                     "--results-dir", str(tmp_path / "results"), "--out", "../reports"])
     captured = capsys.readouterr()
     assert code == 1 and "1 notebook(s) failed: table8_lambda" in captured.err
-    assert "[1/1] table8_lambda: running" in captured.out and "[1/1] table8_lambda: failed" in captured.out
+    assert "table8_lambda: running" in captured.out and "[1/1] table8_lambda: failed" in captured.out
+    assert captured.out.splitlines()[:4] == [
+        f"executing the notebooks in {NOTEBOOKS}",
+        f"page {tmp_path / 'reports' / 'index.html'}, executed notebooks in {tmp_path / 'reports' / 'executed'}",
+        f"results store {tmp_path / 'results'}; data {tmp_path / 'nodata'}",
+        f"(not the notebooks of {clone}: the cse-kit installed is {REPO}'s; run `pip install -e .` in {clone} to "
+        "use its own)"]
 
 
 def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
@@ -376,7 +388,7 @@ def test_notebooks_run_several_at_once_with_their_progress_on_the_console(tmp_pa
     report.build("smoke", results_dir, data_dir, tmp_path / "reports", only=only[::-1], log=console.append, jobs=2)
     runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
     assert [r["name"] for r in runs] == only and [r["status"] for r in runs] == ["ok", "ok"]  # in the report's order
-    assert console[0] == "2 notebook(s), 2 at once"
+    assert console[0] == f"executing the notebooks in {NOTEBOOKS}" and console[3] == "2 notebook(s), 2 at once"
     started = [line for line in console if ": running (" in line]
     assert [line.split("] ")[0] for line in started] == ["[1/2", "[2/2"], console  # numbered as they start
     assert any(line.startswith("    figure2_cosine: ") and " runs: " in line for line in console), console  # progress
