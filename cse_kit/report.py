@@ -442,10 +442,11 @@ def sections_html(names: list[str], sections: dict[str, list[str]], shown_papers
 
 
 def _outcome(run: dict, done: int, total: int, log) -> None:
-    """The line that ends a notebook's part of the console, then the warnings it raised."""
+    """The line that ends a notebook's part of the console, numbered as notebooks finish (the one numbering of the
+    console: several notebooks at once finish in another order than they start), then the warnings it raised."""
     import nbformat
 
-    log(f"[{done}/{total}] {run['name']}: {run['status']} ({run['seconds']:.0f} s)"
+    log(f"[{done} of {total} finished] {run['name']}: {run['status']} ({run['seconds']:.0f} s)"
         f"{' ' + run['error'] if run['error'] else ''}")
     if run["status"] != "reused":
         for warning in notebook_warnings(nbformat.read(run["path"], as_version=4)):
@@ -467,7 +468,7 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
     if jobs <= 1 or total <= 1:
         runs = []
         for i, name in enumerate(names, 1):
-            log(f"[{i}/{total}] {name}: running ({total - i} notebook(s) after it)")
+            log(f"{name}: running ({total - i} notebook(s) not started)")
             runs.append(execute(name, params, executed_dir, force, log))
             _outcome(runs[-1], i, total, log)
         return runs
@@ -490,7 +491,7 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
                     break
                 if kind == "started":
                     started += 1
-                    log(f"[{started}/{total}] {text}: running ({total - started} notebook(s) not started)")
+                    log(f"{text}: running ({total - started} notebook(s) not started)")
                 else:
                     log(text)
             for future in done:
