@@ -315,11 +315,31 @@ def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):
 
 @pytest.mark.slow
 def test_whole_smoke_report(tmp_path, data_dir):
-    index = report.build("smoke", tmp_path / "results", data_dir, tmp_path / "reports", log=lambda *_: None)
-    runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
+    """The README's command as written, `cse-kit report --profile smoke`, in a fresh copy of the checkout (its
+    tracked files) with an empty results store: 38 notebooks, one numbering on the console."""
+    import os
+
+    clone = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    for name in tracked.splitlines():
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    env = {**os.environ, "PYTHONPATH": str(clone), "CSE_KIT_DATA": str(data_dir)}
+    env.pop("CSE_KIT_RESULTS", None)
+    done = subprocess.run(["cse-kit", "report", "--profile", "smoke"], cwd=clone, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    console = done.stdout.splitlines()
+    assert console[0] == f"executing the notebooks in {clone / 'notebooks'}", console[:4]
+    finished = [line.split("] ")[0] for line in console if " finished] " in line]
+    assert finished == [f"[{i} of {len(report.NOTEBOOKS)} finished" for i in range(1, len(report.NOTEBOOKS) + 1)]
+    index = clone / "reports" / "index.html"
+    runs = json.loads((clone / "reports" / "report.json").read_text())["runs"]
     assert [r["name"] for r in runs] == list(report.NOTEBOOKS) and all(r["status"] == "ok" for r in runs)
     assert index.read_text().count("<h3 id=") == len(report.NOTEBOOKS)
-    coverage = json.loads((tmp_path / "reports" / "report.json").read_text())["coverage"]
+    assert " smoke profile): smoke-" not in index.read_text()  # no training header above the tables
+    coverage = json.loads((clone / "reports" / "report.json").read_text())["coverage"]
     assert all(c["kind"] in ("built", "partial", "not implemented yet", "schematic") for c in coverage), coverage
     assert not any(c["kind"] == "reproduced" for c in coverage)  # smoke numbers are never called reproduced
 
