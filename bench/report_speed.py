@@ -24,8 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-#: `cse-kit report`'s line that ends a notebook: "[3/10] table1_sts: ok (623 s)"
-OUTCOME = re.compile(r"^\[\d+/\d+\] (?P<name>\S+): (?P<status>ok|failed|reused) \((?P<seconds>\d+) s\)")
+#: `cse-kit report`'s line that ends a notebook: "[3 of 10 finished] table1_sts: ok (623 s)" ("[3/10] ..." in
+#: consoles saved before issue 39)
+OUTCOME = re.compile(r"^\[(?:\d+/\d+|\d+ of \d+ finished)\] (?P<name>\S+): (?P<status>ok|failed|reused) "
+                     r"\((?P<seconds>\d+) s\)")
 SMOKE_TARGET_S = 600
 
 

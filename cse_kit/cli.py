@@ -219,11 +219,14 @@ def cmd_export_st(args) -> int:
 def cmd_report(args) -> int:
     import time
 
-    from .report import build
+    from .checkout import check_notebooks
     from .stopping import stopping_together
 
     if args.list:
         return cmd_status(args)
+    check_notebooks()  # before the heavy imports: a plain `pip install .` is refused at once
+    from .report import build
+
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.jobs is not None and args.jobs < 1:

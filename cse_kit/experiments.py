@@ -170,10 +170,11 @@ class Row:
     model: str | None = None  # Pretrained: a model reference on this profile
     pooler: str | None = None
     unavailable: str | None = None  # why this profile cannot run the row, when known up front
+    missing: str = ""  # what the row lacks on it (a checkpoint), named once in the report's reason
 
     def subject(self, profile: str, seed: int):
         if self.unavailable:
-            raise ProfileUnavailable(self.unavailable)
+            raise ProfileUnavailable(self.unavailable, self.missing)
         if self.preset is None:
             return Pretrained(self.model, self.pooler, profile)
         return build_config(self.preset, profile, {**self.overrides, "seed": seed})
@@ -202,19 +203,19 @@ def progress(message: str) -> None:
     print(PROGRESS_PREFIX + message, file=sys.stderr, flush=True)
 
 
-def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, str]]:
-    """(row, [(seed, subject)], why the profile cannot run it or "") per row."""
+def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable | None]]:
+    """(row, [(seed, subject)], why the profile cannot run it or None) per row."""
     plan = []
     for row in rows:
         try:
-            plan.append((row, [(seed, row.subject(s.profile, seed)) for seed in _seeds(row, s)], ""))
+            plan.append((row, [(seed, row.subject(s.profile, seed)) for seed in _seeds(row, s)], None))
         except ProfileUnavailable as err:
-            plan.append((row, [], str(err)))
+            plan.append((row, [], err))
     return plan
 
 
-def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], str]]:
-    """(row, [(seed, record)], why the profile cannot run it or "") per row: records reused where finished, computed
+def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], ProfileUnavailable | None]]:
+    """(row, [(seed, record)], why the profile cannot run it or None) per row: records reused where finished, computed
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
     plan = _plan(rows, s)
     _compute_in_parallel(plan, s, evals)
@@ -241,13 +242,15 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
 
 
 def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
-    """Long table: one line per (row, seed) with status, reason and the columns metrics(record) returns.
-    Pretrained rows are deterministic and run once. Rows the profile cannot run are kept, marked `not run`."""
+    """Long table: one line per (row, seed) with status, reason (and what the row is missing) and the columns
+    metrics(record) returns. Pretrained rows are deterministic and run once. Rows the profile cannot run are kept,
+    marked `not run`."""
     lines = []
     for row, found, unavailable in _fetch(rows, s, evals):
         if unavailable:
-            lines.append({"row": row.label, "seed": s.seeds[0], "status": "not run", "reason": unavailable})
-        lines += [{"row": row.label, "seed": seed, "status": "ok", "reason": "", "key": record["key"],
+            lines.append({"row": row.label, "seed": s.seeds[0], "status": "not run", "reason": unavailable.cause,
+                          "missing": unavailable.missing})
+        lines += [{"row": row.label, "seed": seed, "status": "ok", "reason": "", "missing": "", "key": record["key"],
                    **metrics(record)} for seed, record in found]
     return pd.DataFrame(lines)
 
@@ -353,12 +356,18 @@ def _over_seeds(group: pd.DataFrame, column: str) -> dict:
     values = ok[column].dropna().to_numpy(float) if column in ok else np.array([])
     return {"mean": float(values.mean()) if len(values) else math.nan,
             "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
-            "reason": "" if len(values) else "; ".join(sorted(set(group.reason)))}
+            **(why_not_run(group) if not len(values) else {"reason": "", "missing": ""})}
+
+
+def why_not_run(group: pd.DataFrame) -> dict:
+    """reason and missing of a row none of whose lines ran (each the row's one value, or its values joined)."""
+    return {column: "; ".join(sorted({str(v) for v in group[column].fillna("") if v})) if column in group else ""
+            for column in ("reason", "missing")}
 
 
 def _line(row: str, column: str, paper: float, ours: dict, diff: float) -> dict:
     return {"row": row, "column": column, "paper": paper, "mean": ours["mean"], "std": ours["std"], "n": ours["n"],
-            "diff": diff, "reason": ours["reason"]}
+            "diff": diff, "reason": ours["reason"], "missing": ours.get("missing", "")}
 
 
 def unpublished(long: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -379,7 +388,7 @@ def side_by_side(table: int | str, ours: dict[str, dict], paper_row=None, paper:
     for row, values in ours.items():
         for column, value in values.items():
             ref = float(published.loc[paper_row(row), column])
-            ours = {"mean": float(value), "std": math.nan, "n": 1, "reason": ""}
+            ours = {"mean": float(value), "std": math.nan, "n": 1, "reason": "", "missing": ""}
             lines.append({**_line(row, column, ref, ours, ours["mean"] - ref), "setting": True,
                           **({"unit": unit} if unit else {}),
                           **({} if tolerance is None else {"tolerance": float(tolerance)})})

@@ -163,7 +163,8 @@ def delta_text(line) -> str:
 
 def _cell_html(line) -> str:
     if line.n == 0 or math.isnan(line.mean):
-        reason = html.escape(str(line.reason or ""))
+        missing = getattr(line, "missing", "")
+        reason = html.escape(f"{missing}: {line.reason}" if _text(missing) else str(line.reason or ""))
         return (f"<span class='paper'>{html.escape(paper_text(line))}</span><br>"
                 f"<span class='notrun' title='{reason}'>not run</span>")
     # paper, ours and Δ on three short lines: an 8-column table fits a 1400-px window
@@ -217,15 +218,28 @@ def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
 
 
 def not_run_notes(comparison: pd.DataFrame) -> str:
-    """Why rows did not run, visible under the table (not only in a cell's tooltip): one line per reason."""
-    not_run = comparison[(comparison["n"] == 0) & comparison["reason"].fillna("").astype(bool)]
-    by_reason: dict[str, list] = {}
-    for line in not_run.itertuples():
-        rows = by_reason.setdefault(str(line.reason), [])
-        if line.row not in rows:
-            rows.append(line.row)
-    return "".join(f"<p class='note notrun-reason'>not run: {html.escape(', '.join(map(str, rows)))}: "
-                   f"{html.escape(reason)}</p>" for reason, rows in by_reason.items())
+    """Why rows did not run, visible under the table (not only in a cell's tooltip): one line per cause."""
+    return "".join(f"<p class='note notrun-reason'>not run: {html.escape(reason)}</p>"
+                   for reason in not_run_reasons(comparison.to_dict("records")))
+
+
+def _text(value) -> bool:
+    """A non-empty string (a line read back from JSON through pandas has NaN where it had no such field)."""
+    return isinstance(value, str) and bool(value)
+
+
+def not_run_reasons(lines: list[dict]) -> list[str]:
+    """One sentence per cause of the comparison lines that did not run: how many rows, what they miss (each named
+    once), why: "8 rows (princeton-nlp/unsup-simcse-bert-base-uncased, ...): released checkpoints need the Hub: ..."."""
+    rows: dict[str, dict] = {}
+    missing: dict[str, dict] = {}
+    for line in lines:
+        if line.get("n") == 0 and _text(line.get("reason")):
+            rows.setdefault(line["reason"], {})[line["row"]] = None
+            missing.setdefault(line["reason"], {}).update({line["missing"]: None} if _text(line.get("missing")) else {})
+    return [f"{len(labels)} row{'s' if len(labels) > 1 else ''}"
+            + (f" ({', '.join(missing[reason])})" if missing[reason] else "") + f": {reason}"
+            for reason, labels in rows.items()]
 
 
 def long_form_html(comparison: pd.DataFrame) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 from traitlets.config import Config
 
+from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from .comparison import TITLE as COMPARISON_TITLE
 from .data import resolve_data_dir
@@ -29,11 +30,10 @@ from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
 from .papers import PAPERS, all_notebooks, paper_key, paper_module
 from .papers import notebooks as paper_notebooks
-from .render import long_form_html, ours_text, paper_layout_html, paper_text, values_html, within_tolerance
+from .render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text, values_html,
+                     within_tolerance)
 from .results import default_results_dir, source_digest
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIR = ROOT / "notebooks"
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
@@ -229,7 +229,7 @@ def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
     if table is None:
         return "not built", "not built", "no table from this notebook for the profile yet: run cse-kit report"
     lines = table.get("comparison", [])
-    reasons = "; ".join(sorted({line["reason"] for line in lines if line.get("reason")}))
+    reasons = "; ".join(not_run_reasons(lines))
     rows = list(dict.fromkeys(line["row"] for line in lines))
     ran = {line["row"] for line in lines if line["n"]}
     profile = table.get("profile", "")
@@ -443,10 +443,11 @@ def sections_html(names: list[str], sections: dict[str, list[str]], shown_papers
 
 
 def _outcome(run: dict, done: int, total: int, log) -> None:
-    """The line that ends a notebook's part of the console, then the warnings it raised."""
+    """The line that ends a notebook's part of the console, numbered as notebooks finish (the one numbering of the
+    console: several notebooks at once finish in another order than they start), then the warnings it raised."""
     import nbformat
 
-    log(f"[{done}/{total}] {run['name']}: {run['status']} ({run['seconds']:.0f} s)"
+    log(f"[{done} of {total} finished] {run['name']}: {run['status']} ({run['seconds']:.0f} s)"
         f"{' ' + run['error'] if run['error'] else ''}")
     if run["status"] != "reused":
         for warning in notebook_warnings(nbformat.read(run["path"], as_version=4)):
@@ -468,7 +469,7 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
     if jobs <= 1 or total <= 1:
         runs = []
         for i, name in enumerate(names, 1):
-            log(f"[{i}/{total}] {name}: running ({total - i} notebook(s) after it)")
+            log(f"{name}: running ({total - i} notebook(s) not started)")
             runs.append(execute(name, params, executed_dir, force, log))
             _outcome(runs[-1], i, total, log)
         return runs
@@ -493,7 +494,7 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
                     break
                 if kind == "started":
                     started += 1
-                    log(f"[{started}/{total}] {text}: running ({total - started} notebook(s) not started)")
+                    log(f"{text}: running ({total - started} notebook(s) not started)")
                 else:
                     log(text)
             for future in done:
@@ -529,6 +530,19 @@ def without_machine_paths(text: str, paths: dict[str, str]) -> str:
     return text
 
 
+def where_text(out_dir: Path, results_dir: Path, data_dir: Path) -> list[str]:
+    """The report's first lines: which notebooks it executes and where the page and the results go (an editable
+    install runs its own checkout's notebooks, whatever folder the command is typed in)."""
+    lines = [f"executing the notebooks in {NOTEBOOK_DIR}",
+             f"page {out_dir / 'index.html'}, executed notebooks in {out_dir / 'executed'}",
+             f"results store {results_dir}; data {data_dir}"]
+    here = Path.cwd().resolve()
+    if here != ROOT and (here / "notebooks").is_dir() and (here / "pyproject.toml").is_file():
+        lines.append(f"(not the notebooks of {here}: the cse-kit installed is {ROOT}'s; run `pip install -e .` in "
+                     f"{here} to use its own)")
+    return lines
+
+
 def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, force: bool = False,
           only: list[str] | None = None, log=print, papers: list[str] | None = None, jobs: int | None = None) -> Path:
     """Execute or reuse each selected notebook (`jobs` at once; default_jobs(profile) when None), then write
@@ -537,9 +551,13 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
 
     from .experiments import PROFILE_NOTES
 
+    check_notebooks()
     profile = resolve_profile(profile)
-    out_dir = Path(out_dir) if out_dir else ROOT / "reports"
+    out_dir = (Path(out_dir) if out_dir else ROOT / "reports").resolve()
     names = select(papers, only)
+    for line in where_text(out_dir, Path(results_dir or default_results_dir()).resolve(),
+                           resolve_data_dir(data_dir).resolve()):
+        log(line)
     # absolute: the kernels run in notebooks/, where `--data-dir data` would name notebooks/data
     params = {"profile": profile, "results_dir": str(Path(results_dir).resolve()) if results_dir else "",
               "data_dir": str(Path(data_dir).resolve()) if data_dir else ""}

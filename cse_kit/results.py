@@ -155,12 +155,14 @@ class ResultStore:
 
     def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False,
                  notify=None):
-        """notify(message): where the store says it waits for a run another process computes (default: a warning;
-        notebooks pass their progress line, which `cse-kit report --jobs` shows on the console as it happens)."""
+        """notify(message): where the store says it waits for a run another process computes and starts training
+        one (default: a warning, and the training header on stdout; notebooks pass their progress line, which
+        `cse-kit report` shows on the console as it happens and leaves off the page)."""
         self.root = Path(results_dir) if results_dir else default_results_dir()
         self.data_dir = str(resolve_data_dir(data_dir))
         self.force, self.progress = force, progress
         self.notify = notify or (lambda message: warnings.warn(message, stacklevel=3))
+        self.announce = notify or print  # a training run's header line
         self._recomputed: set[str] = set()
 
     def key(self, subject: TrainConfig | Pretrained) -> str:
@@ -301,7 +303,8 @@ class ResultStore:
 
         run = self.run_dir(key)
         cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
-        summary = train(cfg, progress=self.progress)  # resumes an interrupted run from its checkpoint
+        # resumes an interrupted run from its checkpoint
+        summary = train(cfg, progress=self.progress, announce=self.announce)
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
         return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
                 "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes",

@@ -182,7 +182,7 @@ def test_report_speed_times_a_report_and_sums_saved_consoles(data_dir, tmp_path)
     parts = [tmp_path / "a.log", tmp_path / "b.log"]
     parts[0].write_text("[1/2] table1_sts: running (1 notebook(s) after it)\n[1/2] table1_sts: failed (5 s) boom\n"
                         "[2/2] table8_lambda: ok (754 s)\n")
-    parts[1].write_text("[1/1] table1_sts: ok (623 s)\n    table1_sts: run 1/8: done in 59 s\n")
+    parts[1].write_text("[1 of 1 finished] table1_sts: ok (623 s)\n    table1_sts: run 1/8: done in 59 s\n")
     summed = subprocess.run([sys.executable, str(BENCH / "report_speed.py"), "--logs", *map(str, parts)],
                             capture_output=True, text=True, check=True).stdout
     assert "2 notebooks, sum of their times 22 min 57 s; none failed" in summed, summed  # the rerun's outcome counts

@@ -29,7 +29,7 @@ def test_every_artefact_of_every_paper_is_listed_once_with_its_status():
     assert (by[("DiffCSE", "Table 8")]["kind"], by[("DiffCSE", "Table 8")]["status"]) == ("built", "built (cpu)")
     assert by[("DiffCSE", "Table 8")]["headline"] == "0.005, STS-B: paper 84.56 | ours 80.10 ± 0.50"
     assert by[("DiffCSE", "Table 1")]["status"] == "not run on this profile"
-    assert by[("DiffCSE", "Table 1")]["detail"] == "needs the Hub"
+    assert by[("DiffCSE", "Table 1")]["detail"] == "1 row: needs the Hub"
     assert by[("DiffCSE", "Table 7")]["status"] == "failed"
     assert by[("DiffCSE", "Table 5")]["status"] == "not built"
     for key, paper in PAPERS.items():  # an artefact no notebook covers is named, never silently absent
@@ -56,7 +56,7 @@ def test_only_the_paper_profile_within_tolerance_is_reproduced():
     far = close + [_line("0.05", "STS-B", 83.0, 80.0, 3)]
     assert status(far, "paper") == ("differs", "differs (paper)", "1 cell(s) outside tolerance")
     some = close + [_line("0.1", "STS-B", 82.0, math.nan, 0, "needs the Hub")]
-    assert status(some, "paper") == ("partial", "partial (2/3 rows, paper)", "not run: needs the Hub")
+    assert status(some, "paper") == ("partial", "partial (2/3 rows, paper)", "not run: 1 row: needs the Hub")
     alignment = [{**_line("SimCSE", "Alignment", 0.24, 0.27, 3)}]
     assert status(alignment, "paper")[0] == "differs"  # 0.03 > Alignment's 0.02
 
@@ -117,3 +117,38 @@ def test_the_page_names_the_machine_paths_a_notebook_printed(tmp_path):
         f"missing from <data-dir>: see https://example.org{data}/x, {data}2 and {report.ROOT}ly")
     inside = report.machine_paths(report.ROOT / "reports" / "results", data)  # the default store, inside the kit
     assert report.without_machine_paths(f"{report.ROOT}/reports/results/runs/a", inside) == "<results-dir>/runs/a"
+
+
+def test_rows_a_profile_cannot_run_give_one_reason_per_cause_with_the_count_and_what_they_miss(tmp_path):
+    """DiffCSE Table 6's generators and ESimCSE Table 3's released checkpoints on the smoke profile: the coverage
+    matrix and the notes under the table once held one near-identical clause per model (six "generator ... has no
+    offline checkpoint on the smoke profile", eight "needs the Hub: ...")."""
+    from cse_kit import experiments as ex
+    from cse_kit.papers import diffcse, esimcse
+    from cse_kit.render import not_run_notes
+
+    s = ex.setup("smoke", [1], results_dir=str(tmp_path))
+
+    def not_run(rows, table, columns, paper):
+        long = ex.run_rows([row for row in rows if row.unavailable], s, (), lambda record: {})
+        return ex.compare(long, table, columns, paper=paper)
+
+    table6 = not_run(diffcse.table6_rows(list(diffcse.GENERATOR_ROWS), "smoke"), 6, ["STS-B", "Avg. transfer"],
+                     "diffcse")
+    [generators] = report.not_run_reasons(table6.to_dict("records"))
+    assert generators == ("6 rows (bert-large-uncased, bert-base-uncased, google/bert_uncased_L-8_H-512_A-8, "
+                          "google/bert_uncased_L-4_H-512_A-8, google/bert_uncased_L-4_H-256_A-4, "
+                          "google/bert_uncased_L-2_H-128_A-2): no offline checkpoint of the generator on the smoke "
+                          "profile; run it with profile='paper'")
+    assert not_run_notes(table6).count("notrun-reason") == 1
+
+    table3 = not_run(esimcse.table3_rows(["bert", "bert-large", "roberta", "roberta-large"], "smoke"), 3,
+                     ["STS-B", "Avg."], "esimcse")
+    literature, released = report.not_run_reasons(table3.to_dict("records"))
+    assert literature == "10 rows: literature rows: the paper's numbers only, no run behind them here"
+    assert released.startswith("8 rows (princeton-nlp/unsup-simcse-bert-base-uncased, ffgcc/esimcse-bert-base-uncased, "
+                               "princeton-nlp/unsup-simcse-bert-large-uncased, ")
+    assert released.endswith("): released checkpoints need the Hub: they are evaluated on the paper profile")
+    assert released.count("ffgcc/esimcse-roberta-large") == 1
+    kind, status, detail = report._status_of({"comparison": table3.to_dict("records"), "profile": "smoke"}, None)
+    assert (kind, detail) == ("not run on this profile", f"{literature}; {released}")

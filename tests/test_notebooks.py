@@ -328,25 +328,58 @@ def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):
 
 @pytest.mark.slow
 def test_whole_smoke_report(tmp_path, data_dir):
-    index = report.build("smoke", tmp_path / "results", data_dir, tmp_path / "reports", log=lambda *_: None)
-    runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
+    """The README's command as written, `cse-kit report --profile smoke`, in a fresh copy of the checkout (its
+    tracked files) with an empty results store: 38 notebooks, one numbering on the console."""
+    import os
+
+    clone = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    for name in tracked.splitlines():
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    env = {**os.environ, "PYTHONPATH": str(clone), "CSE_KIT_DATA": str(data_dir)}
+    env.pop("CSE_KIT_RESULTS", None)
+    done = subprocess.run(["cse-kit", "report", "--profile", "smoke"], cwd=clone, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    console = done.stdout.splitlines()
+    assert console[0] == f"executing the notebooks in {clone / 'notebooks'}", console[:4]
+    finished = [line.split("] ")[0] for line in console if " finished] " in line]
+    assert finished == [f"[{i} of {len(report.NOTEBOOKS)} finished" for i in range(1, len(report.NOTEBOOKS) + 1)]
+    index = clone / "reports" / "index.html"
+    runs = json.loads((clone / "reports" / "report.json").read_text())["runs"]
     assert [r["name"] for r in runs] == list(report.NOTEBOOKS) and all(r["status"] == "ok" for r in runs)
     assert index.read_text().count("<h3 id=") == len(report.NOTEBOOKS)
-    coverage = json.loads((tmp_path / "reports" / "report.json").read_text())["coverage"]
+    assert " smoke profile): smoke-" not in index.read_text()  # no training header above the tables
+    coverage = json.loads((clone / "reports" / "report.json").read_text())["coverage"]
     assert all(c["kind"] in ("built", "partial", "not implemented yet", "schematic") for c in coverage), coverage
     assert not any(c["kind"] == "reproduced" for c in coverage)  # smoke numbers are never called reproduced
 
 
-def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys):
-    """A notebook that fails (here: no data where it looks for it) makes `cse-kit report` exit 1, naming it."""
+def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys, monkeypatch):
+    """A notebook that fails (here: no data where it looks for it) makes `cse-kit report` exit 1, naming it. Its
+    first lines say which notebooks it executes and where everything goes: typed in another clone (here a folder
+    that looks like one), it executes the installed kit's checkout, and says so."""
     from cse_kit import cli
 
     (tmp_path / "nodata").mkdir()
-    code = cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--data-dir", str(tmp_path / "nodata"),
-                     "--results-dir", str(tmp_path / "results"), "--out", str(tmp_path / "reports")])
+    clone = tmp_path / "clone"
+    (clone / "notebooks").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text("")
+    monkeypatch.chdir(clone)
+    code = cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--data-dir", "../nodata",
+                     "--results-dir", str(tmp_path / "results"), "--out", "../reports"])
     captured = capsys.readouterr()
     assert code == 1 and "1 notebook(s) failed: table8_lambda" in captured.err
-    assert "[1/1] table8_lambda: running" in captured.out and "[1/1] table8_lambda: failed" in captured.out
+    assert "table8_lambda: running (0 notebook(s) not started)" in captured.out
+    assert "[1 of 1 finished] table8_lambda: failed" in captured.out
+    assert captured.out.splitlines()[:4] == [
+        f"executing the notebooks in {NOTEBOOKS}",
+        f"page {tmp_path / 'reports' / 'index.html'}, executed notebooks in {tmp_path / 'reports' / 'executed'}",
+        f"results store {tmp_path / 'results'}; data {tmp_path / 'nodata'}",
+        f"(not the notebooks of {clone}: the cse-kit installed is {REPO}'s; run `pip install -e .` in {clone} to "
+        "use its own)"]
 
 
 def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
@@ -389,24 +422,35 @@ def test_notebooks_run_several_at_once_with_their_progress_on_the_console(tmp_pa
     report.build("smoke", results_dir, data_dir, tmp_path / "reports", only=only[::-1], log=console.append, jobs=2)
     runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
     assert [r["name"] for r in runs] == only and [r["status"] for r in runs] == ["ok", "ok"]  # in the report's order
-    assert console[0] == "2 notebook(s), 2 at once"
+    assert console[0] == f"executing the notebooks in {NOTEBOOKS}" and console[3] == "2 notebook(s), 2 at once"
     started = [line for line in console if ": running (" in line]
-    assert [line.split("] ")[0] for line in started] == ["[1/2", "[2/2"], console  # numbered as they start
+    assert sorted(line.split(":")[0] for line in started) == only, console  # no number: they start in any order
+    assert [line.split(": ")[1] for line in started] == ["running (1 notebook(s) not started)",
+                                                         "running (0 notebook(s) not started)"], console
+    finished = [line.split("] ")[0] for line in console if " finished] " in line]
+    assert finished == ["[1 of 2 finished", "[2 of 2 finished"], console  # one numbering: as they finish
     assert any(line.startswith("    figure2_cosine: ") and " runs: " in line for line in console), console  # progress
     for name in only:
-        assert sum(re.fullmatch(rf"\[[12]/2\] {name}: running \([01] notebook\(s\) not started\)", line) is not None
-                   for line in started) == 1, console
-        assert any(re.match(rf"\[[12]/2\] {name}: ok \(\d+ s\)$", line) for line in console), console
+        assert any(re.match(rf"\[[12] of 2 finished\] {name}: ok \(\d+ s\)$", line) for line in console), console
 
 
 def test_relative_data_and_results_directories_are_the_callers_not_the_notebooks(tmp_path, data_dir, results_dir,
                                                                                    monkeypatch):
     """`cse-kit report --data-dir data` from the repository: the kernels run in notebooks/, where `data` would be
-    notebooks/data (every cpu notebook failed: "dataset STS12 is missing from data")."""
+    notebooks/data (every cpu notebook failed: "dataset STS12 is missing from data"). The results store is named
+    `store` here (a link to the module's), so code that resolved it in notebooks/ would write notebooks/store, which
+    this test removes and fails on (such a run once left results0/locks/<key>.lock in the checkout, committed)."""
     import os
 
     monkeypatch.chdir(tmp_path)
-    report.build("smoke", os.path.relpath(results_dir), os.path.relpath(data_dir), "reports", only=["figure2_cosine"],
-                 log=lambda *_: None)
+    (tmp_path / "store").symlink_to(results_dir, target_is_directory=True)
+    try:
+        report.build("smoke", "store", os.path.relpath(data_dir), "reports", only=["figure2_cosine"],
+                     log=lambda *_: None)
+    finally:
+        leaked = NOTEBOOKS / "store"
+        if leaked.exists():
+            shutil.rmtree(leaked)
+            pytest.fail(f"the report wrote into {leaked}")
     runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["ok"], runs

@@ -155,11 +155,16 @@ def test_corrupt_record_is_reported_set_aside_and_recomputed(data_dir, tmp_path,
     assert len(list((tmp_path / "records").glob(f"{key}.corrupt-*"))) == 1
 
 
-def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch):
+def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch, capsys):
+    """A notebook's store (its progress line as notify) takes a run's training header too: on stdout it was the
+    notebook's output, and the report's page showed it above the table (12 lines above DiffAug Table 6)."""
     cfg = build_config("simcse-bert", "smoke", {"seed": 3})
-    store = ResultStore(tmp_path, data_dir)
+    said = []
+    store = ResultStore(tmp_path, data_dir, notify=said.append)
     record = store.get(cfg, ("sts_dev",))
     assert record["train"]["steps"] > 0 and record["dev_curve"] and record["seed"] == 3
+    assert [line.split(":")[0] for line in said] == ["simcse (simcse-bert, smoke profile)"], said
+    assert "simcse-bert" not in capsys.readouterr().out
     assert record["config"]["output_dir"] == str(tmp_path / "runs" / record["key"])
 
     import cse_kit.train.loop as loop

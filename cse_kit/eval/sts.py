@@ -5,7 +5,6 @@ for STS12-16, and unsupervised cosine on the dev/test splits of STS-B and SICK-R
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
 
 from ..data import StsPair, load_sts
 
@@ -23,6 +22,10 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def correlations(sys_scores, gold) -> dict:
+    # imported here: scipy.stats takes about a CPU-second to import, and every notebook kernel of a report imports
+    # this module, most of them only to read finished records
+    from scipy.stats import pearsonr, spearmanr
+
     return {"spearman": 100 * float(spearmanr(sys_scores, gold)[0]),
             "pearson": 100 * float(pearsonr(sys_scores, gold)[0])}
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sklearn.model_selection import StratifiedKFold
 
 from ..data import load_classification
 from .classifier import CONFIGS, L2_GRID, ClassifierConfig, Fit, fit_many, predict
@@ -92,6 +91,8 @@ def inner_kfold(X, y, cfg: ClassifierConfig, seed: int, nclasses: int) -> tuple[
     SentEval refits each outer fold with the L2 its inner folds chose, after the grid. Here the refit is trained
     for every L2 alongside the grid (it does not depend on the grid's outcome, only which one is kept does), so
     the task is one batched run instead of two in sequence."""
+    from sklearn.model_selection import StratifiedKFold  # here: 1.3 CPU-seconds to import, for transfer tests only
+
     skf = StratifiedKFold(n_splits=cfg.kfold, shuffle=True, random_state=1111)
     y_np = y.cpu().numpy()
     outer = list(skf.split(np.zeros(len(y_np)), y_np))
@@ -115,6 +116,8 @@ def inner_kfold(X, y, cfg: ClassifierConfig, seed: int, nclasses: int) -> tuple[
 def kfold(X, y, X_test, y_test, cfg: ClassifierConfig, seed: int, nclasses: int):
     """SentEval's KFoldClassifier (TREC, MRPC): pick L2 by k-fold CV on train, refit with a 5% validation split
     (trained for every L2 alongside the grid, see inner_kfold). Returns dev accuracy, test accuracy and test predictions."""
+    from sklearn.model_selection import StratifiedKFold
+
     skf = StratifiedKFold(n_splits=cfg.kfold, shuffle=True, random_state=seed)
     folds = list(skf.split(np.zeros(len(y)), y.cpu().numpy()))
     grid = [Fit(tr, reg, valid=te) for reg in L2_GRID for tr, te in folds]

@@ -10,7 +10,7 @@ Tables 4 and 15 is Table 7's 15% row."""
 from __future__ import annotations
 
 from ..experiments import Row, check
-from ..train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable
+from ..train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable, generator_unavailable
 from .released import released_row
 
 #: notebook -> the DiffCSE artefacts it reproduces, in the paper's order (the report's coverage reads this)
@@ -101,8 +101,8 @@ def table6_rows(generators: list[str], profile: str) -> list[Row]:
         elif name == DEFAULT_GENERATOR:  # the profile's generator (e.g. the fitted MiniLM MLM head) stands in
             rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts"))
         else:
-            rows.append(Row(GENERATOR_ROWS[name], unavailable=f"generator {name} ({GENERATORS[name]}) has no "
-                            f"offline checkpoint on the {profile} profile; run it with profile='paper'"))
+            rows.append(Row(GENERATOR_ROWS[name], unavailable=generator_unavailable(profile, "profile='paper'"),
+                            missing=GENERATORS[name]))
     return rows
 
 

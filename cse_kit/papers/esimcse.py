@@ -15,7 +15,7 @@ parameter, our reading its default."""
 
 from __future__ import annotations
 
-from ..experiments import Row, check
+from ..experiments import Row, check, why_not_run
 from ..paper import paper_table
 from ..train.presets import build_config
 from .released import released_row
@@ -102,7 +102,7 @@ def table3_rows(backbones: list[str], profile: str) -> list[Row]:
     for label in paper_table(3, "esimcse").index:
         backbone = next((b for b, name in BACKBONE_LABELS.items() if label.endswith(f"SimCSE-{name}")), None)
         if backbone is None:
-            rows.append(Row(label, unavailable="literature row: the paper's number only, no run behind it here"))
+            rows.append(Row(label, unavailable="literature rows: the paper's numbers only, no run behind them here"))
         elif backbone in backbones and label.startswith("SimCSE"):
             rows.append(released_row(RELEASED[backbone][0], label, profile))
         elif backbone in backbones:
@@ -255,7 +255,7 @@ def length_bias_long(rows: list[Row], s, threshold: int, unit: str, gold: str, a
         model, suffix = _split_label(line["row"])
         for side in LD_SIDES:
             values = {col: line[f"{side}|{col}"] for col in TABLE7_COLUMNS if f"{side}|{col}" in line}
-            lines.append({**{k: line[k] for k in ("seed", "status", "reason")},
+            lines.append({**{k: line[k] for k in ("seed", "status", "reason", "missing")},
                           "row": ld_label(model, side, threshold) + suffix, **values})
     return pd.DataFrame(lines)
 
@@ -340,7 +340,7 @@ def table2_comparison(long):
             out.append({"row": example, "column": label, "paper": paper, "mean": mean,
                         "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
                         "diff": mean - paper, "tolerance": TABLE2_TOLERANCE,
-                        "reason": "" if len(values) else "; ".join(sorted(set(group.reason)))})
+                        **(why_not_run(group) if not len(values) else {"reason": "", "missing": ""})})
     return pd.DataFrame(out)
 
 

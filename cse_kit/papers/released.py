@@ -29,5 +29,6 @@ def released_row(model_id: str, label: str, profile: str) -> Row:
     the Hub, so only the `paper` profile runs it; elsewhere it is shown as not run, with that reason."""
     entry = checkpoints()[model_id]
     if profile != "paper":
-        return Row(label + RELEASED_SUFFIX, unavailable=f"needs the Hub: {model_id} is evaluated on the paper profile")
+        return Row(label + RELEASED_SUFFIX, unavailable="released checkpoints need the Hub: they are evaluated on the "
+                   "paper profile", missing=model_id)
     return Row(label + RELEASED_SUFFIX, model=model_id, pooler=entry["pooler"])

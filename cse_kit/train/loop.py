@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -139,15 +140,17 @@ def _is_better(new: float, best: float | None) -> bool:
     return math.isfinite(new) and (best is None or new > best)
 
 
-def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False) -> dict:
-    """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary.
+def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False,
+          announce=partial(print, flush=True)) -> dict:
+    """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary. announce(line)
+    takes the header line a run starts with (a notebook's progress stream, not its output).
 
     A run resumes only with the configuration it was started with (what differs is named), unless
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
     on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
     folder (run_lock): a second one waits for the first and then resumes or returns its run."""
     with run_lock(Path(cfg.output_dir)):
-        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes)
+        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce)
 
 
 @contextlib.contextmanager
@@ -170,7 +173,7 @@ def run_lock(run: Path):
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool) -> dict:
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce) -> dict:
     """train() under the run folder's lock."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -379,10 +382,10 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool) -> di
     first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
     cuda = accelerator.device.type == "cuda"
     if accelerator.is_main_process:
-        print(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None), flush=True)
+        announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None))
         official = official_run(cfg)
         if official:
-            print(official, flush=True)
+            announce(official)
     bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
                desc=cfg.preset or cfg.method, dynamic_ncols=True)
     last_dev = None

@@ -240,7 +240,12 @@ PROFILE_DATA = {"paper": (*_EVALUATION_DATA, "Wiki1M", "NLI", "WikiText-103"),
 
 
 class ProfileUnavailable(ValueError):
-    """A preset that a profile cannot run here (e.g. RoBERTa offline); the reason says why."""
+    """What a profile cannot run here (e.g. RoBERTa offline). `cause` says why in the same words for every row it
+    stops, so the report counts rows per cause; `missing` names what this one lacks (a preset, a checkpoint)."""
+
+    def __init__(self, cause: str, missing: str = ""):
+        super().__init__(f"{missing}: {cause}" if missing else cause)
+        self.cause, self.missing = cause, missing
 
 
 PROFILES = {
@@ -296,13 +301,17 @@ PROFILES = {
 }
 
 
+def generator_unavailable(profile: str, fix: str) -> str:
+    """Why a profile cannot run a Table 6 generator (the same words for each one)."""
+    return f"no offline checkpoint of the generator on the {profile} profile; run it with {fix}"
+
+
 def resolve_generator(name: str, profile: str) -> str:
     """A Table 6 generator name on the paper profile; any other reference is used as given."""
     if profile == "paper":
         return GENERATORS.get(name, name)
     if name in GENERATORS:
-        raise ProfileUnavailable(f"generator {name!r} has no offline checkpoint on the {profile} profile; "
-                                 "run it with --profile paper")
+        raise ProfileUnavailable(generator_unavailable(profile, "--profile paper"), f"generator {name!r}")
     return name
 
 
@@ -369,7 +378,7 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
     backbone, settings = PRESETS[preset]
     prof = PROFILES[profile]
     if backbone in prof.get("unavailable", {}):
-        raise ProfileUnavailable(f"{preset} cannot run on the {profile} profile: {prof['unavailable'][backbone]}")
+        raise ProfileUnavailable(prof["unavailable"][backbone], preset)
     model, generator = prof["backbones"][backbone]
     values = {**settings, "model": model, "generator": generator, **prof["settings"],
               **prof.get("method_settings", {}).get(settings["method"], {}), "preset": preset,

@@ -1,0 +1,63 @@
+"""The README's quick start, as a newcomer runs it: short, and its commands run as written."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, SHARED
+
+QUICK_START_LINES = 60
+
+
+def quick_start() -> str:
+    """The README's quick start section, from its heading to the next one."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    return text.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+
+
+def blocks(section: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", section, re.S)
+
+
+def block_with(command: str) -> str:
+    """The quick start's code block that holds `command`, as written."""
+    [block] = [b for b in blocks(quick_start()) if command in b]
+    return block
+
+
+def test_the_quick_start_fits_in_60_lines_and_every_command_says_how_long_it_takes():
+    section = quick_start()
+    assert len(section.strip().splitlines()) + 1 <= QUICK_START_LINES  # with its heading
+    prose = re.sub(r"```bash\n.*?```", "", section, flags=re.S)
+    assert len(blocks(section)) == 5 and len(re.findall(r"\d+ (?:s|min|minutes|CPU-seconds)\b", prose)) >= 6
+
+
+def test_the_readme_data_step_leaves_the_smoke_and_cpu_profiles_green(tmp_path):
+    """The data step as written, into a fresh data folder, offline: `data status` of both profiles the kit runs
+    without a GPU exits 0 (it once stopped at "missing or not verified ...: Licenses-ordered")."""
+    step = block_with("cse-kit data import")
+    if SHARED != REPO.parent / "shared":  # the README names the archives beside the clone
+        step = step.replace("../shared/", f"{SHARED}/")
+    env = {**os.environ, "CSE_KIT_DATA": str(tmp_path / "data"), "CSE_KIT_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    (tmp_path / "data").mkdir()
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", step], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    cpu = subprocess.run(["cse-kit", "data", "status", "--profile", "cpu"], cwd=REPO, env=env, capture_output=True,
+                         text=True)
+    assert cpu.returncode == 0, cpu.stdout + cpu.stderr
+
+
+def numbers(text: str) -> list[list[float]]:
+    """The rows of numbers of the tables in text (markdown or `cse-kit eval`'s)."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines() if "|" in line]
+    return [[float(cell) for cell in row] for row in rows if all(re.fullmatch(r"\d+\.\d\d", cell) for cell in row)]
+
+
+@pytest.mark.slow  # about 6 minutes: every STS and transfer set encoded with all-MiniLM-L6-v2
+def test_the_readme_main_command_prints_its_table(data_dir):
+    command = block_with("cse-kit eval").strip()
+    printed = subprocess.run(command, shell=True, cwd=REPO, env={**os.environ, "CSE_KIT_DATA": str(data_dir)},
+                             capture_output=True, text=True, check=True).stdout
+    assert numbers(printed) == numbers(quick_start()), printed
