@@ -425,12 +425,21 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
     from .environment import describe
     from .plots import to_data_uri
 
-    table = {"name": name, "paper": paper_key(paper) if paper else None, "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
-             "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
-             "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
-             "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    table = strict_json({"name": name, "paper": paper_key(paper) if paper else None, "title": title,
+                         "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile], "seeds": s.seeds,
+                         "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
+                         "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
+                         "extra": extra or {}, "environment": describe(),
+                         "written": time.strftime("%Y-%m-%dT%H:%M:%S")})
     write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
     _publish(table)
+
+
+def strict_json(value):
+    """value with every NaN and infinity (a row the profile could not run, in an extra table) as None: the table is
+    sent to the notebook as a display message, which must be strict JSON (jupyter_client's json packer refuses NaN,
+    falls back and warns that such messages are deprecated; a future client may drop them)."""
+    return json.loads(json.dumps(value), parse_constant=lambda _: None)
 
 
 #: The MIME type under which a notebook hands its table to the report (read back from the executed notebook).

@@ -18,7 +18,7 @@ from cse_kit import report
 from cse_kit.experiments import TABLE_MIMETYPE
 from cse_kit.paper import paper_table
 
-from conftest import REPO
+from conftest import REPO, run_notebook
 
 NOTEBOOKS = REPO / "notebooks"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -30,11 +30,8 @@ def results_dir(tmp_path_factory):
 
 
 def _run(name, tmp_path, data_dir, results_dir, **params):
-    out = tmp_path / f"{name}.out.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), kernel_name="python3", cwd=str(NOTEBOOKS),
-                               progress_bar=False, parameters={"data_dir": str(data_dir),
-                                                               "results_dir": str(results_dir), **params})
-    return nbformat.read(out, as_version=4)
+    return run_notebook(NOTEBOOKS / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb",
+                        {"data_dir": str(data_dir), "results_dir": str(results_dir), **params})
 
 
 @pytest.mark.parametrize("name", report.NOTEBOOKS)
@@ -92,6 +89,26 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     assert "84.56" in shown and "0.005" in shown
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert len(list((results_dir / "records").glob("*.json"))) == 2
+
+
+def test_a_notebooks_table_reaches_the_notebook_and_the_store_as_strict_json(tmp_path, data_dir):
+    """A row a profile cannot run leaves NaN in a notebook's extra tables (ESimCSE Table 8's gains, compare_methods'
+    paper number beside the shared recipe): save_table's display message carries it as null, not as NaN, which is
+    not JSON (jupyter_client warned that such messages are deprecated); so does the table it writes."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import math\nfrom cse_kit import experiments as ex\n"
+        f"s = ex.setup('smoke', [1], {str(data_dir)!r}, {str(tmp_path / 'results')!r})\n"
+        "ex.save_table(s, 'gains', 'gains', extra={'tables': {'gains': [{'ours': math.nan, 'paper': -math.inf}]}})")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, tmp_path / "gains.ipynb")
+    table = report.table_of(run_notebook(tmp_path / "gains.ipynb", tmp_path / "gains.out.ipynb", {}))
+    assert table["extra"]["tables"]["gains"] == [{"ours": None, "paper": None}]
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    saved = json.loads((tmp_path / "results" / "tables" / "gains.json").read_text(), parse_constant=refuse)
+    assert saved["extra"] == table["extra"]
 
 
 def test_diffaug_table8_single_alpha_and_table5_show_the_papers_values(tmp_path, data_dir, results_dir):
