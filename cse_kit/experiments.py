@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -194,12 +195,35 @@ def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
 
 #: how a progress line starts: the report forwards these lines to its console and leaves them out of its page
 PROGRESS_PREFIX = "[cse-kit] "
+#: "0" keeps a kernel's progress lines off its process's stderr: set by `cse-kit report`, which reads them from the
+#: notebook's stream and prints them under the notebook's name
+TERMINAL_PROGRESS_ENV = "CSE_KIT_TERMINAL_PROGRESS"
 
 
 def progress(message: str) -> None:
-    """One line on the kernel's stderr, which `papermill --log-output` and `cse-kit report` stream to the console
-    while a notebook trains for minutes or hours."""
-    print(PROGRESS_PREFIX + message, file=sys.stderr, flush=True)
+    """One line on stderr while a notebook trains for minutes or hours. In a kernel it goes to the notebook's stderr
+    stream (what JupyterLab shows under the cell and `cse-kit report` forwards to its console) and to the kernel
+    process's own stderr: the terminal that runs `papermill` (which shows the notebook's stream only with
+    --log-output) or `jupyter lab`."""
+    line = PROGRESS_PREFIX + message + "\n"
+    sys.stderr.write(line)
+    sys.stderr.flush()
+    terminal = _kernel_terminal()
+    if terminal is not None:  # on a terminal, first clear what papermill's cell bar left on the line
+        os.write(terminal, (("\r\x1b[K" if os.isatty(terminal) else "") + line).encode())
+
+
+def _kernel_terminal() -> int | None:
+    """The kernel process's own stderr (a file descriptor) when sys.stderr is an IPython kernel's stream to the
+    notebook that does not already echo there; None elsewhere (a script, the CLI: sys.stderr is the terminal)."""
+    if os.environ.get(TERMINAL_PROGRESS_ENV) == "0" or not type(sys.stderr).__module__.startswith("ipykernel"):
+        return None
+    if getattr(sys.stderr, "echo", None) is not None:  # the kernel was started with quiet=False
+        return None
+    try:
+        return sys.stderr.fileno()  # ipykernel turned fd 2 into a pipe to the notebook; this is the original's copy
+    except OSError:  # it left fd 2 alone (its capture is off, e.g. under pytest): fd 2 is the terminal
+        return sys.__stderr__.fileno() if sys.__stderr__ is not None else None
 
 
 def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, str]]:
@@ -216,6 +240,8 @@ def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, str]]:
 def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], str]]:
     """(row, [(seed, record)], why the profile cannot run it or "") per row: records reused where finished, computed
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
+    from .train.loop import duration
+
     plan = _plan(rows, s)
     _compute_in_parallel(plan, s, evals)
     keys = {id(subject): s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects}
@@ -223,7 +249,7 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
     pending = {k for k in runs if s.store.force or not s.store.has_key(k, evals)}
     total = len(pending)
     progress(f"{len(runs)} runs: {len(runs) - total} finished, computing {total}")
-    out = []
+    out, spent = [], 0.0
     for row, subjects, unavailable in plan:
         found = []
         for seed, subject in subjects:
@@ -235,7 +261,10 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
                 start = time.perf_counter()
             found.append((seed, s.store.get(subject, evals)))
             if computing:
-                progress(f"run {total - len(pending)}/{total}: done in {time.perf_counter() - start:.0f} s")
+                took, done = time.perf_counter() - start, total - len(pending)
+                spent += took
+                left = f", about {duration(spent / done * len(pending))} left for the others" if pending else ""
+                progress(f"run {done}/{total}: done in {duration(took)}{left}")
         out.append((row, found, unavailable))
     return out
 
