@@ -151,7 +151,7 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     check(not repeated, f"seeds {seeds} repeat {repeated}: each seed is one run, a repeat would count it twice in "
                         "the mean and std; give distinct seeds")
-    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress)
+    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress, status=terminal_progress)
     out = Setup(profile, seeds, store, *parallel.settings())
     print(out.describe())
     return out
@@ -200,23 +200,31 @@ PROGRESS_PREFIX = "[cse-kit] "
 TERMINAL_PROGRESS_ENV = "CSE_KIT_TERMINAL_PROGRESS"
 
 
-def progress(message: str) -> None:
+def progress(message: str, notebook: bool = True) -> None:
     """One line on stderr while a notebook trains for minutes or hours. In a kernel it goes to the notebook's stderr
     stream (what JupyterLab shows under the cell and `cse-kit report` forwards to its console) and to the kernel
     process's own stderr: the terminal that runs `papermill` (which shows the notebook's stream only with
-    --log-output) or `jupyter lab`."""
+    --log-output) or `jupyter lab`. notebook=False: the terminal only (see terminal_progress)."""
     line = PROGRESS_PREFIX + message + "\n"
-    sys.stderr.write(line)
-    sys.stderr.flush()
-    terminal = _kernel_terminal()
+    in_kernel = type(sys.stderr).__module__.startswith("ipykernel")
+    if notebook or not in_kernel:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    terminal = _kernel_terminal() if in_kernel else None
     if terminal is not None:  # on a terminal, first clear what papermill's cell bar left on the line
         os.write(terminal, (("\r\x1b[K" if os.isatty(terminal) else "") + line).encode())
 
 
+def terminal_progress(message: str) -> None:
+    """A run's step, time left and evaluation, every half minute: on the terminal only, so that a notebook's output
+    keeps one line per run."""
+    progress(message, notebook=False)
+
+
 def _kernel_terminal() -> int | None:
-    """The kernel process's own stderr (a file descriptor) when sys.stderr is an IPython kernel's stream to the
-    notebook that does not already echo there; None elsewhere (a script, the CLI: sys.stderr is the terminal)."""
-    if os.environ.get(TERMINAL_PROGRESS_ENV) == "0" or not type(sys.stderr).__module__.startswith("ipykernel"):
+    """The kernel process's own stderr (a file descriptor), sys.stderr being an IPython kernel's stream to the
+    notebook; None where that stream already echoes there, or where TERMINAL_PROGRESS_ENV is "0"."""
+    if os.environ.get(TERMINAL_PROGRESS_ENV) == "0":
         return None
     if getattr(sys.stderr, "echo", None) is not None:  # the kernel was started with quiet=False
         return None

@@ -156,15 +156,16 @@ class ResultStore:
     trained once)."""
 
     def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False,
-                 notify=None):
+                 notify=None, status=None):
         """notify(message): where the store says it waits for a run another process computes (default: a warning;
-        notebooks pass their progress line, which `cse-kit report --jobs` shows on the console as it happens) and,
-        when given, where a run it computes says how far it is (the training step, the time left, the evaluation)."""
+        notebooks pass their progress line, which `cse-kit report --jobs` shows on the console as it happens).
+        status(message), when given: where a run it computes says how far it is (its training step and the time
+        left, its evaluations)."""
         self.root = Path(results_dir) if results_dir else default_results_dir()
         self.data_dir = str(resolve_data_dir(data_dir))
         self.force, self.progress = force, progress
         self.notify = notify or (lambda message: warnings.warn(message, stacklevel=3))
-        self.status = notify
+        self.status = status
         self._recomputed: set[str] = set()
 
     def key(self, subject: TrainConfig | Pretrained) -> str:
