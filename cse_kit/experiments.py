@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -150,7 +151,7 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     check(not repeated, f"seeds {seeds} repeat {repeated}: each seed is one run, a repeat would count it twice in "
                         "the mean and std; give distinct seeds")
-    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress)
+    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress, status=terminal_progress)
     out = Setup(profile, seeds, store, *parallel.settings())
     print(out.describe())
     return out
@@ -195,12 +196,43 @@ def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
 
 #: how a progress line starts: the report forwards these lines to its console and leaves them out of its page
 PROGRESS_PREFIX = "[cse-kit] "
+#: "0" keeps a kernel's progress lines off its process's stderr: set by `cse-kit report`, which reads them from the
+#: notebook's stream and prints them under the notebook's name
+TERMINAL_PROGRESS_ENV = "CSE_KIT_TERMINAL_PROGRESS"
 
 
-def progress(message: str) -> None:
-    """One line on the kernel's stderr, which `papermill --log-output` and `cse-kit report` stream to the console
-    while a notebook trains for minutes or hours."""
-    print(PROGRESS_PREFIX + message, file=sys.stderr, flush=True)
+def progress(message: str, notebook: bool = True) -> None:
+    """One line on stderr while a notebook trains for minutes or hours. In a kernel it goes to the notebook's stderr
+    stream (what JupyterLab shows under the cell and `cse-kit report` forwards to its console) and to the kernel
+    process's own stderr: the terminal that runs `papermill` (which shows the notebook's stream only with
+    --log-output) or `jupyter lab`. notebook=False: the terminal only (see terminal_progress)."""
+    line = PROGRESS_PREFIX + message + "\n"
+    in_kernel = type(sys.stderr).__module__.startswith("ipykernel")
+    if notebook or not in_kernel:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    terminal = _kernel_terminal() if in_kernel else None
+    if terminal is not None:  # on a terminal, first clear what papermill's cell bar left on the line
+        os.write(terminal, (("\r\x1b[K" if os.isatty(terminal) else "") + line).encode())
+
+
+def terminal_progress(message: str) -> None:
+    """A run's step, time left and evaluation, every half minute: on the terminal only, so that a notebook's output
+    keeps one line per run."""
+    progress(message, notebook=False)
+
+
+def _kernel_terminal() -> int | None:
+    """The kernel process's own stderr (a file descriptor), sys.stderr being an IPython kernel's stream to the
+    notebook; None where that stream already echoes there, or where TERMINAL_PROGRESS_ENV is "0"."""
+    if os.environ.get(TERMINAL_PROGRESS_ENV) == "0":
+        return None
+    if getattr(sys.stderr, "echo", None) is not None:  # the kernel was started with quiet=False
+        return None
+    try:
+        return sys.stderr.fileno()  # ipykernel turned fd 2 into a pipe to the notebook; this is the original's copy
+    except OSError:  # it left fd 2 alone (its capture is off, e.g. under pytest): fd 2 is the terminal
+        return sys.__stderr__.fileno() if sys.__stderr__ is not None else None
 
 
 def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable | None]]:
@@ -217,6 +249,8 @@ def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable
 def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], ProfileUnavailable | None]]:
     """(row, [(seed, record)], why the profile cannot run it or None) per row: records reused where finished, computed
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
+    from .train.loop import duration
+
     plan = _plan(rows, s)
     _compute_in_parallel(plan, s, evals)
     keys = {id(subject): s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects}
@@ -224,7 +258,7 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
     pending = {k for k in runs if s.store.force or not s.store.has_key(k, evals)}
     total = len(pending)
     progress(f"{len(runs)} runs: {len(runs) - total} finished, computing {total}")
-    out = []
+    out, spent = [], 0.0
     for row, subjects, unavailable in plan:
         found = []
         for seed, subject in subjects:
@@ -236,7 +270,10 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
                 start = time.perf_counter()
             found.append((seed, s.store.get(subject, evals)))
             if computing:
-                progress(f"run {total - len(pending)}/{total}: done in {time.perf_counter() - start:.0f} s")
+                took, done = time.perf_counter() - start, total - len(pending)
+                spent += took
+                left = f", about {duration(spent / done * len(pending))} left for the others" if pending else ""
+                progress(f"run {done}/{total}: done in {duration(took)}{left}")
         out.append((row, found, unavailable))
     return out
 
@@ -434,12 +471,21 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
     from .environment import describe
     from .plots import to_data_uri
 
-    table = {"name": name, "paper": paper_key(paper) if paper else None, "title": title, "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile],
-             "seeds": s.seeds, "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
-             "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
-             "extra": extra or {}, "environment": describe(), "written": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    table = strict_json({"name": name, "paper": paper_key(paper) if paper else None, "title": title,
+                         "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile], "seeds": s.seeds,
+                         "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
+                         "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
+                         "extra": extra or {}, "environment": describe(),
+                         "written": time.strftime("%Y-%m-%dT%H:%M:%S")})
     write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
     _publish(table)
+
+
+def strict_json(value):
+    """value with every NaN and infinity (a row the profile could not run, in an extra table) as None: the table is
+    sent to the notebook as a display message, which must be strict JSON (jupyter_client's json packer refuses NaN,
+    falls back and warns that such messages are deprecated; a future client may drop them)."""
+    return json.loads(json.dumps(value), parse_constant=lambda _: None)
 
 
 #: The MIME type under which a notebook hands its table to the report (read back from the executed notebook).

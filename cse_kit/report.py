@@ -25,7 +25,7 @@ from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from .comparison import TITLE as COMPARISON_TITLE
 from .data import resolve_data_dir
-from .experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, resolve_profile
+from .experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV, resolve_profile
 from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
 from .papers import PAPERS, all_notebooks, paper_key, paper_module
@@ -36,8 +36,9 @@ from .results import default_results_dir, source_digest
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
-#: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings.
-KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
+#: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings, the progress lines only on
+#: the notebook's stream (the console gets them from there, under the notebook's name).
+KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false", TERMINAL_PROGRESS_ENV: "0"}
 def kernel_transport() -> Config:
     """The kernel talks to papermill over local sockets (IPC), not TCP: nothing crosses the network and ipykernel does
     not warn "Kernel is running over TCP without encryption" at every notebook. The sockets are `<ip>-<port>` files;

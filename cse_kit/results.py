@@ -154,15 +154,17 @@ class ResultStore:
     trained once)."""
 
     def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False,
-                 notify=None):
+                 notify=None, status=None):
         """notify(message): where the store says it waits for a run another process computes and starts training
         one (default: a warning, and the training header on stdout; notebooks pass their progress line, which
-        `cse-kit report` shows on the console as it happens and leaves off the page)."""
+        `cse-kit report` shows on the console as it happens and leaves off the page). status(message), when given:
+        where a run it computes says how far it is (its training step and the time left, its evaluations)."""
         self.root = Path(results_dir) if results_dir else default_results_dir()
         self.data_dir = str(resolve_data_dir(data_dir))
         self.force, self.progress = force, progress
         self.notify = notify or (lambda message: warnings.warn(message, stacklevel=3))
         self.announce = notify or print  # a training run's header line
+        self.status = status
         self._recomputed: set[str] = set()
 
     def key(self, subject: TrainConfig | Pretrained) -> str:
@@ -215,6 +217,8 @@ class ResultStore:
             if missing:
                 encoder = self.encoder(record)
                 for name in missing:
+                    if self.status:
+                        self.status(f"evaluating {name}")
                     start = time.perf_counter()
                     record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir, record.get("profile"))
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
@@ -304,7 +308,7 @@ class ResultStore:
         run = self.run_dir(key)
         cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
         # resumes an interrupted run from its checkpoint
-        summary = train(cfg, progress=self.progress, announce=self.announce)
+        summary = train(cfg, progress=self.progress, announce=self.announce, status=self.status)
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
         return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
                 "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes",

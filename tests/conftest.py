@@ -18,6 +18,25 @@ ARCHIVES = {
 }
 
 
+#: The kernel packs its messages with jupyter_client's json packer (orjson, its default where installed, writes NaN as
+#: null silently), so a display message holding NaN or infinity shows its warning on the cell's stderr.
+STRICT_KERNEL = ["--Session.packer=json"]
+
+
+def run_notebook(notebook: Path, out: Path, parameters: dict):
+    """Execute a notebook with papermill (in its own folder, progress bar off) and read it back; fails when one of its
+    display messages was not strict JSON ("Message serialization failed ... Out of range float values")."""
+    import nbformat
+    import papermill
+
+    papermill.execute_notebook(str(notebook), str(out), kernel_name="python3", cwd=str(notebook.parent),
+                               progress_bar=False, parameters=parameters, extra_arguments=STRICT_KERNEL)
+    nb = nbformat.read(out, as_version=4)
+    stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
+    assert "Message serialization failed" not in stderr, stderr
+    return nb
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     """A data directory with the real shared evaluation data and the Wiki1M sample imported (read-only use)."""

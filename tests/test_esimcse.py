@@ -4,7 +4,6 @@ repetition statistics measured over many draws, length buckets, and a resume wit
 import json
 import math
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
@@ -399,15 +398,11 @@ def test_resume_with_a_non_empty_queue_equals_an_uninterrupted_run(data_dir, tmp
 # ---- notebooks ----------------------------------------------------------------------------------------------------
 
 def _notebook(name, tmp_path, data_dir, **params):
-    import nbformat
-    import papermill
+    from conftest import REPO, run_notebook
 
-    out = tmp_path / f"{name}.out.ipynb"
-    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
-    papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out), kernel_name="python3", cwd=str(notebooks),
-                               progress_bar=False, parameters={"data_dir": str(data_dir), "profile": "smoke",
-                                                               "results_dir": str(tmp_path / "results"), **params})
-    return nbformat.read(out, as_version=4)
+    return run_notebook(REPO / "notebooks" / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb",
+                        {"data_dir": str(data_dir), "profile": "smoke", "results_dir": str(tmp_path / "results"),
+                         **params})
 
 
 @pytest.mark.parametrize("name,params,message", [

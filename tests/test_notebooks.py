@@ -1,5 +1,6 @@
 """The table notebooks (papermill, smoke profile), their jupytext twins, and the HTML report."""
 
+import contextlib
 import http.server
 import json
 import re
@@ -7,6 +8,7 @@ import shutil
 import socketserver
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import jupytext
@@ -15,13 +17,17 @@ import papermill
 import pytest
 
 from cse_kit import report
-from cse_kit.experiments import TABLE_MIMETYPE
+from cse_kit.experiments import TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV
 from cse_kit.paper import paper_table
 
-from conftest import REPO
+from conftest import REPO, run_notebook
 
 NOTEBOOKS = REPO / "notebooks"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: how every browser test runs Chromium (besides --headless and a fresh --user-data-dir): no sandbox (root in CI), and
+#: none of its own calls to Google's services that can be turned off
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +36,8 @@ def results_dir(tmp_path_factory):
 
 
 def _run(name, tmp_path, data_dir, results_dir, **params):
-    out = tmp_path / f"{name}.out.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), kernel_name="python3", cwd=str(NOTEBOOKS),
-                               progress_bar=False, parameters={"data_dir": str(data_dir),
-                                                               "results_dir": str(results_dir), **params})
-    return nbformat.read(out, as_version=4)
+    return run_notebook(NOTEBOOKS / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb",
+                        {"data_dir": str(data_dir), "results_dir": str(results_dir), **params})
 
 
 @pytest.mark.parametrize("name", report.NOTEBOOKS)
@@ -81,8 +84,34 @@ def test_notebook_shows_tables_through_the_kit_and_ends_no_cell_with_a_value(nam
                 f"{name}: a cell ends with {ast.unparse(last)}, which the notebook would print raw"
 
 
-def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results_dir):
-    nb = _run("table8_lambda", tmp_path, data_dir, results_dir, lam=0.005, profile="smoke")
+def test_the_design_cards_papermill_command_shows_the_kits_progress_and_the_papers_value(tmp_path, data_dir,
+                                                                                          results_dir):
+    """`papermill notebooks/table8_lambda.ipynb out.ipynb -p lam 0.005` as a person types it (on smoke, with the
+    test's stores): without --log-output papermill prints only its cell bar, so the kit's progress lines (which run,
+    which step, the time left) reach the terminal through the kernel process's own stderr, which papermill's terminal
+    shows; the notebook's stderr stream keeps its lines of each run's start and end, once each, and no step."""
+    import os
+    import sys
+
+    out = tmp_path / "out.ipynb"
+    # a person's shell: no report's setting, and no pytest, under which ipykernel leaves fd 2 alone
+    env = {k: v for k, v in os.environ.items() if k not in (TERMINAL_PROGRESS_ENV, "PYTEST_CURRENT_TEST")}
+    terminal = subprocess.run([sys.executable, "-m", "papermill", "notebooks/table8_lambda.ipynb", str(out), "-p",
+                               "lam", "0.005", "-p", "profile", "smoke", "-p", "data_dir", str(data_dir), "-p",
+                               "results_dir", str(results_dir)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert terminal.returncode == 0, terminal.stdout
+    printed = re.findall(r"\[cse-kit\] [^\r\n]*", terminal.stdout)  # papermill's bar may share their line
+    assert printed[:2] == ["[cse-kit] 2 runs: 0 finished, computing 2", "[cse-kit] run 1/2: 0.005, seed 1"], printed
+    assert re.fullmatch(r"\[cse-kit\] step 1/8, about \d+ (s|min) left", printed[2]), printed
+    assert "[cse-kit] evaluating sts_dev" in printed, printed
+    assert re.fullmatch(r"\[cse-kit\] run 1/2: done in \d+ (s|min), about \d+ (s|min) left for the others",
+                        printed[printed.index("[cse-kit] run 2/2: 0.005, seed 2") - 1]), printed
+    nb = nbformat.read(out, as_version=4)
+    stream = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
+    # the notebook's own output: one line as each run starts and ends, as before; its steps went to the terminal only
+    runs = [line for line in printed if " runs: " in line or " run " in line]
+    assert re.findall(r"\[cse-kit\] [^\n]*", stream) == runs, stream
     table = report.table_of(nb)
     assert table["profile"] == "smoke" and table["seeds"] == [1, 2]
     [row] = table["comparison"]
@@ -92,6 +121,26 @@ def test_table8_single_lambda_shows_the_papers_value(tmp_path, data_dir, results
     assert "84.56" in shown and "0.005" in shown
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert len(list((results_dir / "records").glob("*.json"))) == 2
+
+
+def test_a_notebooks_table_reaches_the_notebook_and_the_store_as_strict_json(tmp_path, data_dir):
+    """A row a profile cannot run leaves NaN in a notebook's extra tables (ESimCSE Table 8's gains, compare_methods'
+    paper number beside the shared recipe): save_table's display message carries it as null, not as NaN, which is
+    not JSON (jupyter_client warned that such messages are deprecated); so does the table it writes."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import math\nfrom cse_kit import experiments as ex\n"
+        f"s = ex.setup('smoke', [1], {str(data_dir)!r}, {str(tmp_path / 'results')!r})\n"
+        "ex.save_table(s, 'gains', 'gains', extra={'tables': {'gains': [{'ours': math.nan, 'paper': -math.inf}]}})")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, tmp_path / "gains.ipynb")
+    table = report.table_of(run_notebook(tmp_path / "gains.ipynb", tmp_path / "gains.out.ipynb", {}))
+    assert table["extra"]["tables"]["gains"] == [{"ours": None, "paper": None}]
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    saved = json.loads((tmp_path / "results" / "tables" / "gains.json").read_text(), parse_constant=refuse)
+    assert saved["extra"] == table["extra"]
 
 
 def test_diffaug_table8_single_alpha_and_table5_show_the_papers_values(tmp_path, data_dir, results_dir):
@@ -287,8 +336,7 @@ def _render(url: str, screenshot: Path, profile_dir: Path) -> list[str]:
     proxy = _CountingProxy()
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
-        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        subprocess.run([CHROMIUM, "--headless", *CHROMIUM_FLAGS,
                         f"--user-data-dir={profile_dir}", f"--proxy-server=127.0.0.1:{proxy.server_address[1]}",
                         "--proxy-bypass-list=<-loopback>", "--window-size=1200,2000", f"--screenshot={screenshot}",
                         url], check=True, capture_output=True, timeout=120)
@@ -302,10 +350,134 @@ def _page_width(index: Path, tmp_path: Path) -> int:
     probe = tmp_path / "width.html"
     probe.write_text(index.read_text().replace(
         "</body>", "<script>document.title = 'width=' + document.documentElement.scrollWidth</script></body>"))
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    out = subprocess.run([CHROMIUM, "--headless", *CHROMIUM_FLAGS,
                           f"--user-data-dir={tmp_path / 'chromium-width'}", "--window-size=1400,900", "--dump-dom",
                           probe.as_uri()], check=True, capture_output=True, text=True, timeout=120).stdout
     return int(out.split("width=", 1)[1].split("<", 1)[0])
+
+
+def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook(tmp_path, data_dir, results_dir):
+    """`jupyter lab notebooks` from the checkout, driven in headless Chromium as a person would: open
+    table8_lambda.ipynb, set the profile to smoke and λ to 0.005 in its parameters cell, Run All Cells on the kernel
+    the install gives; the table (paper, ours, Δ in each cell) and the figure render and no cell shows an error. The
+    paired table8_lambda.py opens as a notebook too (Open With > Jupytext Notebook). The runs come from the module's
+    store (the papermill test computed them; run alone, this test trains them)."""
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    before = _checkout_state()
+    stores = {"CSE_KIT_DATA": str(data_dir), "CSE_KIT_RESULTS": str(results_dir)}
+    with _jupyterlab(tmp_path / "jupyter", stores) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            tmp_path / "chromium-lab", executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1280, "height": 1300})
+        page = browser.pages[0]
+        page.set_default_timeout(240_000)  # a loaded 2-core machine: JupyterLab's first load, a kernel's start
+        try:
+            _run_table8_in_jupyterlab(page, url)
+        finally:
+            page.screenshot(path=tmp_path / "jupyterlab.png")
+        prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+        stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        stderr = stderr.all_inner_texts()
+        table = page.locator(".jp-OutputArea-output table.paper-layout")
+        assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts  # every cell ran
+        errors = [text for text in stderr if re.search(r"Traceback|^-{20,}$", text, re.MULTILINE)]
+        assert not errors, errors
+        assert "[cse-kit] run 1/2: 0.005, seed 1" in "".join(stderr) or "computing 0" in "".join(stderr), stderr
+        assert table.locator(".paper").first.inner_text() == "84.56" and table.locator(".delta").count() == 1
+        assert re.search(r"\(n=|±", table.locator("td b").first.inner_text())  # ours, over the seeds
+        assert page.locator(".jp-RenderedImage img").evaluate("img => img.naturalWidth") > 300  # the figure
+
+        page.locator(".jp-DirListing-itemText", has_text=re.compile(r"^table8_lambda\.py$")).click(button="right")
+        page.locator(".lm-Menu-item", has_text="Open With").hover()
+        page.get_by_role("menuitem", name="Jupytext Notebook").click()
+        twin = page.locator(".jp-NotebookPanel:visible")
+        twin.locator(".jp-CodeCell", has_text="lam: float").wait_for()
+        current = page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").all_inner_texts()
+        assert "table8_lambda.py" in current, current  # the .py itself, not its .ipynb twin
+        assert twin.locator(".jp-Cell").count() == len(jupytext.read(NOTEBOOKS / "table8_lambda.py").cells)
+        browser.close()
+    assert (tmp_path / "jupyterlab.png").stat().st_size > 50_000
+    assert _checkout_state() == before  # nothing was saved into notebooks/
+
+
+JUPYTER_TOKEN = "cse-kit-test-token"
+
+
+def _run_table8_in_jupyterlab(page, url: str) -> None:
+    """What a person does: open the notebook, double-click the values to change in the parameters cell and type the
+    new ones, Run > Run All Cells, wait until no cell is left to run; the figure in view."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{url}/lab/tree/table8_lambda.ipynb?token={JUPYTER_TOKEN}")
+    parameters = page.locator(".jp-CodeCell", has_text="lam: float")  # its kernel starts meanwhile; Run All waits
+    for line, old, new in (("profile: str", '"auto"', "smoke"), ("lam: float", "None", "0.005")):
+        parameters.locator(".cm-line", has_text=line).get_by_text(old, exact=True).first.dblclick()
+        page.keyboard.type(new)
+    expect(parameters.locator(".cm-content")).to_contain_text('profile: str = "smoke"')
+    expect(parameters.locator(".cm-content")).to_contain_text("lam: float = 0.005")
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.get_by_role("menuitem", name=re.compile("^Run All Cells")).click()
+    page.wait_for_function("""() => { const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+        .map(p => p.textContent); return /\\d/.test(prompts[0]) && !prompts.some(p => p.includes('*')); }""",
+                           polling=500)
+    page.locator(".jp-RenderedImage img").scroll_into_view_if_needed()
+
+
+@contextlib.contextmanager
+def _jupyterlab(home: Path, env: dict):
+    """`jupyter lab notebooks` run from the checkout on 127.0.0.1 with a token, no browser; its config, runtime, data,
+    settings (autosave off, every cell kept in the page, no news), workspaces, checkpoints and IPython folders under
+    `home`. Yields its URL; stops it (and its kernels) after."""
+    import os
+    import socket
+    import sys
+    import urllib.request
+
+    settings = {"docmanager-extension/plugin": {"autosave": False},
+                "notebook-extension/tracker": {"windowingMode": "none"},
+                "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}}
+    for plugin, values in settings.items():
+        path = home / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    folders = {"JUPYTER_CONFIG_DIR": "config", "JUPYTER_RUNTIME_DIR": "runtime", "JUPYTER_DATA_DIR": "data",
+               "JUPYTERLAB_SETTINGS_DIR": "settings", "JUPYTERLAB_WORKSPACES_DIR": "workspaces",
+               "IPYTHONDIR": "ipython"}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "notebooks", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={JUPYTER_TOKEN}", "--allow-root", "--LabApp.extension_manager=readonly",
+         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"],
+        cwd=REPO, env={**os.environ, **{k: str(home / v) for k, v in folders.items()}, **env},
+        stdout=subprocess.DEVNULL, stderr=(home / "server.log").open("w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            assert server.poll() is None, (home / "server.log").read_text()
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={JUPYTER_TOKEN}", timeout=5)
+                break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def _checkout_state() -> str:
+    """What git sees of notebooks/ (changes, untracked files): a test must leave it as it found it."""
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "notebooks"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
 
 
 def _host(request_line: str) -> str:
@@ -401,6 +573,7 @@ def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
         assert r.returncode == 0, out
         assert "Invalid Signature" not in out and "Invalid Message" not in out
         assert out.count(": ok (") == 2, out
+        assert "[cse-kit]" not in out, out  # its kernels leave their progress lines to the report, which names them
 
 
 def test_the_warnings_an_executed_notebook_raised_are_read_back_once_each():

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -326,6 +327,21 @@ def test_checkpoints_follow_the_clock_and_a_finished_run_keeps_only_its_best_mod
     cfg = _cfg(data_dir, tmp_path / "b", "simcse-bert", max_steps=6, eval_steps=3, log_steps=1, keep_checkpoint=True)
     train(cfg, progress=False)  # 20 minutes never pass here: only the final state, kept on request
     assert saved == [6] and (tmp_path / "b" / "run" / "checkpoint" / "trainer_state.json").is_file()
+
+
+def test_a_run_without_its_bar_says_its_step_and_the_time_left_after_its_first_step_then_on_the_clock(
+        data_dir, tmp_path, monkeypatch):
+    """What a notebook's kernel shows on the terminal while a run trains (no progress bar there)."""
+    import cse_kit.train.loop as loop
+
+    lines = []
+    monkeypatch.setattr(loop, "STATUS_SECONDS", 1e9)
+    train(_cfg(data_dir, tmp_path, "simcse-bert", max_steps=4, eval_steps=4), progress=False, status=lines.append)
+    assert len(lines) == 1 and re.fullmatch(r"step 1/4, about \d+ s left", lines[0]), lines
+    monkeypatch.setattr(loop, "STATUS_SECONDS", 0.0)
+    lines.clear()
+    train(_cfg(data_dir, tmp_path / "b", "simcse-bert", max_steps=4, eval_steps=4), progress=False, status=lines.append)
+    assert [line.split(",")[0] for line in lines] == ["step 1/4", "step 2/4", "step 3/4"]  # the last: the run's end
 
 
 def test_a_non_finite_loss_read_at_the_next_log_step_names_the_step_it_happened(data_dir, tmp_path, monkeypatch):

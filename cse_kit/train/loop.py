@@ -140,17 +140,33 @@ def _is_better(new: float, best: float | None) -> bool:
     return math.isfinite(new) and (best is None or new > best)
 
 
+#: seconds between two of a run's status lines (its step and the time left), the first after its first step
+STATUS_SECONDS = 30.0
+
+
+def duration(seconds: float) -> str:
+    """A time as a person reads it: 40 s, 12 min, 3 h 05 min."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
 def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False,
-          announce=partial(print, flush=True)) -> dict:
+          announce=partial(print, flush=True), status=None) -> dict:
     """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary. announce(line)
-    takes the header line a run starts with (a notebook's progress stream, not its output).
+    takes the header line a run starts with (a notebook's progress stream, not its output). status(line), when
+    given, hears where the run is (its step and the time left) after its first step, then every STATUS_SECONDS: the
+    progress a notebook's kernel shows, where no progress bar is drawn.
 
     A run resumes only with the configuration it was started with (what differs is named), unless
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
     on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
     folder (run_lock): a second one waits for the first and then resumes or returns its run."""
     with run_lock(Path(cfg.output_dir)):
-        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce)
+        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
+                      status=status)
 
 
 @contextlib.contextmanager
@@ -173,7 +189,7 @@ def run_lock(run: Path):
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce) -> dict:
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status) -> dict:
     """train() under the run folder's lock."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -388,6 +404,18 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
             announce(official)
     bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
                desc=cfg.preset or cfg.method, dynamic_ncols=True)
+    started, first_step, last_status = time.monotonic(), state["step"], [None]
+
+    def say_where(step: int) -> None:
+        now = time.monotonic()
+        if status is None or not accelerator.is_main_process or step == total or \
+                (last_status[0] is not None and now - last_status[0] < STATUS_SECONDS):
+            return
+        last_status[0] = now
+        stage = f" (stage 1 of {first_stage} steps)" if step <= first_stage else ""
+        left = (now - started) / (step - first_step) * (total - step)
+        status(f"step {step}/{total}{stage}, about {duration(left)} left")
+
     last_dev = None
     objective.train()
     while state["step"] < total:
@@ -417,6 +445,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
         step = state["step"]
         state["seconds"]["train"] += time.perf_counter() - t
         bar.update(1)
+        say_where(step)
         # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
         logged = step % cfg.log_steps == 0 or step == total or snapshot_due(step)
         due = evaluation_due(step)
