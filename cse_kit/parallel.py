@@ -162,11 +162,6 @@ def job_resources(tasks: list[Task]) -> dict:
     return {"cpus_per_task": 1 if smoke else min(8, os.cpu_count() or 1)}
 
 
-def executor_params() -> dict:
-    """CSE_KIT_EXECUTOR_PARAMS: extra submitit parameters, a JSON object."""
-    return json.loads(os.environ.get(EXECUTOR_PARAMS_ENV, "{}"))
-
-
 def _executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:
     """One submitit executor per worker: locally each pinned to one GPU (round robin) when there are GPUs."""
     import submitit

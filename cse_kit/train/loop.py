@@ -493,7 +493,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
             break
         if _stop_asked:
             _stop_asked.clear()
-            if _checkpoint_step(checkpoint) != step:
+            if checkpoint_step(checkpoint) != step:
                 check_loss()
                 save_checkpoint()
             raise TrainingStopped(f"{run} stopped after step {step} of {total}; its checkpoint resumes there")
