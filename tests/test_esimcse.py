@@ -18,6 +18,8 @@ from cse_kit.train.data import Batches, bucketed_order, parse_length_buckets
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "stocks fell sharply on monday",
              "she reads a book in the garden every evening"]
 
+SLOW = pytest.mark.slow
+
 
 @pytest.fixture()
 def tok(minilm):
@@ -405,15 +407,17 @@ def _notebook(name, tmp_path, data_dir, **params):
                          **params})
 
 
+# each case starts a kernel (~9 s): a few in the default run (the parameter parsing shared by every notebook,
+# one check per paper), the rest with -m slow
 @pytest.mark.parametrize("name,params,message", [
     ("esimcse_table9_dup_rate", {"dup_rate": 1.5}, "dup_rate must be"),
-    ("esimcse_table10_queue", {"queue_factor": -1}, "multiples of the batch size"),
-    ("esimcse_table6_bucketing", {"bucket": "8-3"}, "bucket settings"),
-    ("esimcse_table5_extension", {"extension": "+Shuffling"}, "length-extension methods"),
-    ("esimcse_table3_sts", {"backbone": "gpt2"}, "unknown backbone"),
-    ("esimcse_table1_7_length_bias", {"length_unit": "chars"}, "length_unit must be one of words, tokens"),
-    ("esimcse_table1_7_length_bias", {"threshold": -1}, "threshold must be an integer >= 0"),
-    ("esimcse_table8_new_bias", {"overlap_low": 0.3, "overlap_high": 0.2}, "need 0 < overlap_low <= overlap_high"),
+    pytest.param("esimcse_table10_queue", {"queue_factor": -1}, "multiples of the batch size", marks=SLOW),
+    pytest.param("esimcse_table6_bucketing", {"bucket": "8-3"}, "bucket settings", marks=SLOW),
+    pytest.param("esimcse_table5_extension", {"extension": "+Shuffling"}, "length-extension methods", marks=SLOW),
+    pytest.param("esimcse_table3_sts", {"backbone": "gpt2"}, "unknown backbone", marks=SLOW),
+    pytest.param("esimcse_table1_7_length_bias", {"length_unit": "chars"}, "length_unit must be one of words, tokens", marks=SLOW),
+    pytest.param("esimcse_table1_7_length_bias", {"threshold": -1}, "threshold must be an integer >= 0", marks=SLOW),
+    pytest.param("esimcse_table8_new_bias", {"overlap_low": 0.3, "overlap_high": 0.2}, "need 0 < overlap_low <= overlap_high", marks=SLOW),
     ("esimcse_table2_examples", {"dup_rate": 0.3}, r"unknown notebook parameter\(s\) \['dup_rate'\]"),
 ])
 def test_bad_notebook_parameters_fail_in_the_first_cell(name, params, message, tmp_path, data_dir):

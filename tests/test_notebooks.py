@@ -29,6 +29,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
+SLOW = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory):
@@ -245,27 +247,29 @@ def test_ablation_notebooks_run_on_smoke(name, params, row, tmp_path, data_dir, 
     assert cells[(row, "Avg. transfer")]["n"] == 0 and "paper profile only" in table["notes"][0]
 
 
+# each case starts a kernel (~9 s): a few in the default run (the parameter parsing shared by every notebook,
+# one check per paper), the rest with -m slow
 @pytest.mark.parametrize("name,params,message", [
     ("table8_lambda", {"lam": -1.0}, "λ must be"),
-    ("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in"),
-    ("table6_generator", {"generator": "gpt2"}, "unknown generator"),
-    ("table1_sts", {"profile": "laptop"}, "unknown profile"),
-    ("table3_objective", {"variant": "w/o RTD"}, r"unknown Table 3 variant\(s\) \['w/o RTD'\]"),
-    ("table4_augmentation", {"edit": "swap"}, r"unknown edit\(s\) \['swap'\]"),
-    ("table15_pos_neg", {"roles": ["neutral"]}, r"unknown role\(s\) \['neutral'\]"),
-    ("table15_pos_neg", {"edits": ["all"]}, r"unknown edit\(s\) \['all'\]"),
+    pytest.param("table7_mask_ratio", {"mask_ratio": 1.5}, "masking ratios must lie in", marks=SLOW),
+    pytest.param("table6_generator", {"generator": "gpt2"}, "unknown generator", marks=SLOW),
+    pytest.param("table1_sts", {"profile": "laptop"}, "unknown profile", marks=SLOW),
+    pytest.param("table3_objective", {"variant": "w/o RTD"}, r"unknown Table 3 variant\(s\) \['w/o RTD'\]", marks=SLOW),
+    pytest.param("table4_augmentation", {"edit": "swap"}, r"unknown edit\(s\) \['swap'\]", marks=SLOW),
+    pytest.param("table15_pos_neg", {"roles": ["neutral"]}, r"unknown role\(s\) \['neutral'\]", marks=SLOW),
+    pytest.param("table15_pos_neg", {"edits": ["all"]}, r"unknown edit\(s\) \['all'\]", marks=SLOW),
     ("scd_table3_ablation", {"recipe": "nope"}, "unknown SCD recipe"),
-    ("scd_table1_sts", {"recipe": "official-code"}, "BERT only"),
-    ("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry"),
+    pytest.param("scd_table1_sts", {"recipe": "official-code"}, "BERT only", marks=SLOW),
+    pytest.param("scd_figure2_alignment", {"geometry": "cosine"}, "unknown geometry", marks=SLOW),
     ("table8_lambda", {"lamda": 0.1}, r"unknown notebook parameter\(s\) \['lamda'\]; this notebook takes: data_dir"),
     ("diffaug_table1_sts", {"recipe": "nope"}, "unknown DiffAug recipe"),
-    ("table8_lambda", {"seeds": [1, 1]}, r"repeat \[1\]: each seed is one run"),
+    pytest.param("table8_lambda", {"seeds": [1, 1]}, r"repeat \[1\]: each seed is one run", marks=SLOW),
     ("table8_lambda", {"seeds": "[1, 1]"}, r"repeat \[1\]: each seed is one run"),  # `-p seeds '[1, 1]'`: text, parsed
     ("table8_lambda", {"lams": "0.1"}, r"notebook parameter lams is a list, got the text '0.1'; pass it as -p lams"),
-    ("diffaug_table2_7_label_fraction", {"fraction": 1.5}, r"label fractions lie in \(0, 1\]"),
-    ("diffaug_table2_7_label_fraction", {"recipe": "official-code"}, "BERT only"),
-    ("diffaug_table8_aux_weight", {"aux_weight": -0.1}, "α is a positive number"),
-    ("diffaug_figure5_stage1_steps", {"stage1_steps": [0, 4]}, "stage-1 lengths are positive integers"),
+    pytest.param("diffaug_table2_7_label_fraction", {"fraction": 1.5}, r"label fractions lie in \(0, 1\]", marks=SLOW),
+    pytest.param("diffaug_table2_7_label_fraction", {"recipe": "official-code"}, "BERT only", marks=SLOW),
+    pytest.param("diffaug_table8_aux_weight", {"aux_weight": -0.1}, "α is a positive number", marks=SLOW),
+    pytest.param("diffaug_figure5_stage1_steps", {"stage1_steps": [0, 4]}, "stage-1 lengths are positive integers", marks=SLOW),
 ])
 def test_bad_parameters_fail_in_the_first_cell_before_training(name, params, message, tmp_path, data_dir):
     with pytest.raises(papermill.PapermillExecutionError, match=message):
