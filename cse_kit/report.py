@@ -39,15 +39,19 @@ NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings, the progress lines only on
 #: the notebook's stream (the console gets them from there, under the notebook's name).
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false", TERMINAL_PROGRESS_ENV: "0"}
-def kernel_transport() -> Config:
-    """The kernel talks to papermill over local sockets (IPC), not TCP: nothing crosses the network and ipykernel does
-    not warn "Kernel is running over TCP without encryption" at every notebook. The sockets are `<ip>-<port>` files;
-    jupyter's default `ip` is the relative "kernel-ipc", the same for every report run in the notebooks' folder, so two
-    reports at once connected to each other's kernels. Each kernel gets its own folder."""
+def kernel_config() -> Config:
+    """How papermill starts a kernel. It talks to papermill over local sockets (IPC), not TCP: nothing crosses the
+    network and ipykernel does not warn "Kernel is running over TCP without encryption" at every notebook. The sockets
+    are `<ip>-<port>` files; jupyter's default `ip` is the relative "kernel-ipc", the same for every report run in the
+    notebooks' folder, so two reports at once connected to each other's kernels. Each kernel gets its own folder.
+    The kernel's own log stays off the console (it shares the report's stderr): jupyter_client interrupts every
+    kernel it shuts down, and one still finishing its last reply logs "KeyboardInterrupt caught in kernel" at a
+    finished notebook; a notebook's errors reach the page through its cells, a dead kernel through papermill."""
     import tempfile
 
     return Config({"KernelManager": {"transport": "ipc",
-                                     "ip": str(Path(tempfile.mkdtemp(prefix="cse-kit-kernel-")) / "kernel")}})
+                                     "ip": str(Path(tempfile.mkdtemp(prefix="cse-kit-kernel-")) / "kernel")},
+                   "NotebookClient": {"extra_arguments": ["--IPKernelApp.log_level=CRITICAL"]}})
 
 
 @lru_cache(maxsize=1)
@@ -101,15 +105,15 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False, lo
     start = time.perf_counter()
     os.environ.update(KERNEL_ENV)
     error = ""
-    transport = kernel_transport()
+    kernel = kernel_config()
     try:
         papermill.execute_notebook(str(source), str(tmp), parameters=params, cwd=str(NOTEBOOK_DIR),
-                                   kernel_name="python3", progress_bar=False, config=transport,
+                                   kernel_name="python3", progress_bar=False, config=kernel,
                                    stderr_file=_ProgressLines(name, log) if log else None)
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
     finally:
-        shutil.rmtree(Path(transport.KernelManager.ip).parent, ignore_errors=True)
+        shutil.rmtree(Path(kernel.KernelManager.ip).parent, ignore_errors=True)
     tmp.replace(out)  # failed runs are kept too (papermill marks them), so the report can show the error
     return {"name": name, "path": out, "status": "failed" if error else "ok",
             "seconds": time.perf_counter() - start, "error": error}

@@ -642,3 +642,25 @@ def test_relative_data_and_results_directories_are_the_callers_not_the_notebooks
             pytest.fail(f"the report wrote into {leaked}")
     runs = json.loads((tmp_path / "reports" / "report.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["ok"], runs
+
+
+def test_a_kernels_own_log_stays_off_the_reports_console(tmp_path, capfd):
+    """A kernel writes its log ("[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel." when jupyter_client's
+    shutdown interrupt meets a kernel still finishing its last reply) to the report's stderr; the report's kernels
+    keep it off, and a cell's own stderr still reaches the notebook."""
+    import papermill
+    from traitlets.config import Config
+
+    source = tmp_path / "log.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import sys\nget_ipython().kernel.log.error('the kernel logs this')\nprint('the cell says this', file=sys.stderr)")]),
+        source)
+
+    def console(config):
+        nb = papermill.execute_notebook(str(source), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                                        progress_bar=False, config=config)
+        assert "the cell says this" in nb.cells[0].outputs[0]["text"]
+        return capfd.readouterr().err
+
+    assert "[IPKernelApp] ERROR | the kernel logs this" in console(Config())  # what the test would catch
+    assert "the kernel logs this" not in console(report.kernel_config())
