@@ -9,6 +9,9 @@ report measured end to end).
   python bench/report_speed.py --logs LOG [LOG ...]
       # the same table from saved consoles of `cse-kit report` (a report run in parts, one log a part): each
       # notebook's last outcome, and their sum
+  ... --record
+      # also write each notebook's seconds (those it ran, not reused) into notebooks/seconds.json under the profile:
+      # the report starts the longest notebooks first (cse_kit.report.longest_first)
 
 Wall times depend on the machine's load: run it on an idle machine, and say so beside the figures.
 """
@@ -16,6 +19,7 @@ Wall times depend on the machine's load: run it on an idle machine, and say so b
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import resource
 import subprocess
@@ -55,6 +59,18 @@ def print_table(found: dict[str, tuple[str, int]]) -> None:
           + (f"; FAILED: {', '.join(failed)}" if failed else "; none failed"))
 
 
+def record(found: dict[str, tuple[str, int]], profile: str) -> None:
+    """found's measured seconds into NOTEBOOK_SECONDS under profile (the others kept)."""
+    from cse_kit.io import write_json_atomic
+    from cse_kit.report import NOTEBOOK_SECONDS
+
+    table = json.loads(NOTEBOOK_SECONDS.read_text()) if NOTEBOOK_SECONDS.is_file() else {}
+    table[profile] = dict(sorted({**table.get(profile, {}), **{name: seconds for name, (status, seconds)
+                                                                in found.items() if status != "reused"}}.items()))
+    write_json_atomic(NOTEBOOK_SECONDS, table)
+    print(f"recorded {len(found)} notebooks' seconds in {NOTEBOOK_SECONDS} ({profile})")
+
+
 def run_report(args) -> None:
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="report-speed-"))
     command = [sys.executable, "-m", "cse_kit.cli", "report", "--profile", args.profile, "--data-dir",
@@ -75,7 +91,10 @@ def run_report(args) -> None:
     wall = time.perf_counter() - start
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"\nexit status {report.returncode}; folder {folder}")
-    print_table(outcomes(lines))
+    found = outcomes(lines)
+    print_table(found)
+    if args.record:
+        record(found, args.profile)
     print(f"wall {minutes(wall)} ({wall:.0f} s), CPU {children.ru_utime + children.ru_stime:,.0f} s "
           f"(user {children.ru_utime:,.0f} s, system {children.ru_stime:,.0f} s)")
     if args.profile == "smoke" and not (args.paper or args.only):
@@ -91,6 +110,8 @@ def main(argv=None) -> None:
     p.add_argument("--jobs", type=int, help="notebooks at once (default: the report's)")
     p.add_argument("--data-dir", default="data", help="the data directory (default data/)")
     p.add_argument("--keep", help="results store and report under this folder, kept (a second call resumes)")
+    p.add_argument("--record", action="store_true",
+                   help="write the notebooks' seconds into notebooks/seconds.json (the report's start order)")
     p.add_argument("--logs", nargs="+", help="print the table of these saved report consoles; run nothing")
     args = p.parse_args(argv)
     if args.logs:
@@ -98,6 +119,8 @@ def main(argv=None) -> None:
         for log in args.logs:
             found.update(outcomes(Path(log).read_text().splitlines()))
         print_table(found)
+        if args.record:
+            record(found, args.profile)
     else:
         run_report(args)
 

@@ -14,12 +14,11 @@ from . import __version__
 
 
 def describe(device: str | torch.device | None = None) -> dict:
-    import scipy
-    import transformers
+    from importlib.metadata import version  # not importing transformers: a notebook reading records never needs it
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     env = {"cse_kit": __version__, "python": platform.python_version(), "torch": torch.__version__,
-           "transformers": transformers.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
+           "transformers": version("transformers"), "numpy": np.__version__, "scipy": version("scipy"),
            "device": str(device), "torch_threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform()}
     if device.type == "cuda":

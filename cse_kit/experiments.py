@@ -28,7 +28,8 @@ PROFILE_NOTES = {
     "paper": "the papers' models (BERT/RoBERTa-base) and Wiki1M: comparable to the paper's numbers",
     "cpu": "all-MiniLM-L6-v2 trained briefly on a Wiki1M sample: real runs, NOT comparable to the paper's BERT-base",
     "smoke": f"tiny random models trained for seconds, transfer tasks on {PROFILES['smoke']['report']['transfer_sample']:,}"
-             " records per split: checks the pipeline, the numbers mean nothing",
+             f" records per split, STS test on {PROFILES['smoke']['report']['sts_sample']} pairs per subset: checks the"
+             " pipeline, the numbers mean nothing",
 }
 
 
@@ -60,13 +61,19 @@ def sweep(values: list, single, name: str) -> list:
 
 
 def _quiet() -> None:
-    """Checkpoint load reports and save progress bars of every run would drown the notebook's own output."""
+    """Checkpoint load reports and save progress bars of every run would drown the notebook's own output. Through
+    the variables transformers reads when first imported, unless it already is (a cell run again): a notebook whose
+    runs are all finished never imports it, 3 to 5 CPU-seconds of every such kernel of a report."""
     import logging
 
-    import transformers
+    if "transformers" in sys.modules:
+        import transformers
 
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    else:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' bars and the Hub's, as above
     logging.getLogger("accelerate").setLevel(logging.ERROR)
 
 
@@ -257,7 +264,7 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
     runs = set(keys.values())  # rows may share runs
     pending = {k for k in runs if s.store.force or not s.store.has_key(k, evals)}
     total = len(pending)
-    progress(f"{len(runs)} runs: {len(runs) - total} finished, computing {total}")
+    progress(f"{len(runs)} run{'' if len(runs) == 1 else 's'}: {len(runs) - total} finished, computing {total}")
     out, spent = [], 0.0
     for row, subjects, unavailable in plan:
         found = []

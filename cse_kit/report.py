@@ -36,9 +36,14 @@ from .results import default_results_dir, source_digest
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
+#: each notebook's seconds in a report of each profile from an empty store, measured by `bench/report_speed.py
+#: --record` (longest_first)
+NOTEBOOK_SECONDS = NOTEBOOK_DIR / "seconds.json"
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings, the progress lines only on
 #: the notebook's stream (the console gets them from there, under the notebook's name).
 KERNEL_ENV = {"TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false", TERMINAL_PROGRESS_ENV: "0"}
+
+
 def kernel_config() -> Config:
     """How papermill starts a kernel. It talks to papermill over local sockets (IPC), not TCP: nothing crosses the
     network and ipykernel does not warn "Kernel is running over TCP without encryption" at every notebook. The sockets
@@ -465,6 +470,13 @@ def _execute_in_worker(name: str, params: dict, executed_dir: Path, force: bool,
     return execute(name, params, executed_dir, force, lambda line: lines.put(("line", line)))
 
 
+def _start_worker(threads: int) -> None:
+    """A worker of execute_all ignores Ctrl-C: cli.cmd_report stops it (cse_kit.stopping), else the pool's exit would
+    wait for it. Its kernels share the cores with the other workers' (torch's threads, unless OMP_NUM_THREADS says)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
 def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool = False, log=print,
                 jobs: int = 1) -> list[dict]:
     """execute() each notebook, `jobs` at once (worker processes; the results store's locks make a notebook wait
@@ -484,11 +496,11 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
 
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch or kernel-client state
     finished, started = {}, 0
-    # the workers ignore Ctrl-C: cli.cmd_report stops them (cse_kit.stopping), else the pool's exit would wait for them
-    with context.Manager() as manager, ProcessPoolExecutor(jobs, mp_context=context, initializer=signal.signal,
-                                                           initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
+    order = longest_first(names, params["profile"])
+    with context.Manager() as manager, ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
+                                                           initargs=(max(1, (os.cpu_count() or 1) // jobs),)) as pool:
         lines = manager.Queue()
-        pending = {pool.submit(_execute_in_worker, name, params, executed_dir, force, lines) for name in names}
+        pending = {pool.submit(_execute_in_worker, name, params, executed_dir, force, lines) for name in order}
         log(f"{total} notebook(s), {min(jobs, total)} at once")
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -507,6 +519,18 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
                 finished[run["name"]] = run
                 _outcome(run, len(finished), total, log)
     return [finished[name] for name in names]
+
+
+def longest_first(names: list[str], profile: str) -> list[str]:
+    """names in the order their notebooks start when several run at once: the longest first (their seconds in the
+    profile's last measured report, NOTEBOOK_SECONDS), so that no long notebook starts last and runs alone at the end
+    (the smoke report's longest is a fifth of it). One not measured may be long: it starts first."""
+    try:
+        seconds = json.loads(NOTEBOOK_SECONDS.read_text()).get(profile, {})
+    except FileNotFoundError:
+        seconds = {}
+    unmeasured = max(seconds.values(), default=0) + 1
+    return sorted(names, key=lambda name: -seconds.get(name, unmeasured))
 
 
 def default_jobs(profile: str) -> int:

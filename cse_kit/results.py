@@ -342,12 +342,23 @@ def transfer_sample(profile: str | None) -> int | None:
     return PROFILES.get(profile, {}).get("report", {}).get("transfer_sample")
 
 
+def sts_sample(profile: str | None) -> int | None:
+    """Pairs per STS subset a profile's STS test evaluations use (None: all, as SentEval): the smoke profile checks the
+    pipeline, and encoding the 27k STS test sentences was the larger part of each of its runs."""
+    from .train.presets import PROFILES
+
+    return PROFILES.get(profile, {}).get("report", {}).get("sts_sample")
+
+
 def _sts(mode: str):
     def run(encoder, data_dir, profile):
         from .eval.runner import evaluate
 
-        tasks = "sts" if mode == "test" else ("STSBenchmark", "SICKRelatedness")
-        return evaluate(encoder, tasks, mode, data_dir)["sts"]
+        if mode != "test":  # STS-B and SICK-R dev whole: what the training's dev evaluation selects on
+            return evaluate(encoder, ("STSBenchmark", "SICKRelatedness"), mode, data_dir)["sts"]
+        sample = sts_sample(profile)
+        result = evaluate(encoder, "sts", mode, data_dir, sts_sample=sample)["sts"]
+        return {**result, **({"sample_per_subset": sample} if sample else {})}
     return run
 
 

@@ -89,6 +89,7 @@ def test_train_speed_compile_payoff(data_dir):
     assert "nothing to measure on CPU" in stdout
 
 
+@pytest.mark.slow  # a benchmark script's own run: minutes of measuring, checked with -m slow
 def test_eval_speed_full_on_cpu(data_dir):
     stdout = run_bench("eval_speed.py", "full", "--tasks", "STS16,CR", "--mode", "fasttest", data_dir=data_dir)
     seconds = {k: float(v) for k, v in re.findall(r"^  (encoding|STS scoring|transfer classifiers|total)\s+([\d.]+) s",
@@ -99,6 +100,7 @@ def test_eval_speed_full_on_cpu(data_dir):
     assert "(CR " in stdout and "distinct sentences" in stdout
 
 
+@pytest.mark.slow  # a benchmark script's own run: minutes of measuring, checked with -m slow
 def test_eval_speed_eta_compares_the_bars_projection_with_the_real_end(data_dir):
     stdout = run_bench("eval_speed.py", "eta", "--tasks", "STS16", "--limit", "1500", data_dir=data_dir)
     match = re.search(r"1500 distinct sentences, minilm, cpu: encoding took ([\d.]+) s; after the first 10% of the "
@@ -171,6 +173,7 @@ def test_roberta_ids_are_random_with_bert_lengths_and_specials(minilm):
     assert len(corpus) == 1_000_000 and corpus[[999_999]]["ids0"] == plain[1:]
 
 
+@pytest.mark.slow  # a benchmark script's own run: minutes of measuring, checked with -m slow
 def test_report_speed_times_a_report_and_sums_saved_consoles(data_dir, tmp_path):
     """The report's benchmark (issue 23): it runs `cse-kit report` into a fresh store, reads each notebook's outcome
     off the console and prints the wall time and CPU-seconds; `--logs` sums a report run in parts."""

@@ -87,6 +87,28 @@ def test_a_transfer_sample_keeps_each_class_its_share_in_file_order(data_dir):
     assert sample_records(trec[:50], 1000) == trec[:50]  # a split within the size stays whole
 
 
+def test_an_sts_sample_keeps_every_subset_in_file_order(data_dir):
+    from cse_kit.eval.sts import sts_pairs
+
+    whole, sample = sts_pairs("STS16", "test", data_dir)["test"], sts_pairs("STS16", "test", data_dir, 100)["test"]
+    assert sample == sts_pairs("STS16", "test", data_dir, 100)["test"]  # a fixed seed
+    position = {id(p): i for i, p in enumerate(whole)}
+    assert [position[id(p)] for p in sample] == sorted(position[id(p)] for p in sample)  # file order
+    subsets = {p.subset for p in whole}
+    assert len(subsets) == 5 and all(sum(p.subset == s for p in sample) == 100 for s in subsets)
+    sick = sts_pairs("SICKRelatedness", "test", data_dir, 1000)
+    assert [len(sick[split]) for split in ("dev", "test")] == [500, 1000]  # dev has 500: kept whole
+
+
+def test_the_smoke_profile_evaluates_sts_test_on_its_sample_and_says_so(data_dir, tmp_path):
+    from cse_kit.results import Pretrained, ResultStore
+
+    sts = ResultStore(tmp_path, data_dir).get(Pretrained("smoke-bert", "avg", "smoke"), ("sts_test",))["metrics"]
+    sts = sts["sts_test"]
+    assert sts["sample_per_subset"] == 100 and sts["STS12"]["n"] == 500 and sts["STSBenchmark"]["test"]["n"] == 100
+    assert all(s["n"] == 100 for s in sts["STS14"]["subsets"].values()) and -100 < sts["avg"] < 100
+
+
 def test_the_smoke_profile_evaluates_transfer_on_its_sample_and_says_so(data_dir, tmp_path):
     from cse_kit.results import Pretrained, ResultStore
 

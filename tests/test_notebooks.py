@@ -104,30 +104,29 @@ def test_the_design_cards_papermill_command_shows_the_kits_progress_and_the_pape
                               stderr=subprocess.STDOUT, text=True, timeout=600)
     assert terminal.returncode == 0, terminal.stdout
     printed = re.findall(r"\[cse-kit\] [^\r\n]*", terminal.stdout)  # papermill's bar may share their line
-    assert printed[:2] == ["[cse-kit] 2 runs: 0 finished, computing 2", "[cse-kit] run 1/2: 0.005, seed 1"], printed
+    assert printed[:2] == ["[cse-kit] 1 run: 0 finished, computing 1", "[cse-kit] run 1/1: 0.005, seed 1"], printed
     steps = [line for line in printed if line.startswith("[cse-kit] step ")]
     assert re.fullmatch(r"\[cse-kit\] step 1/8, about \d+ (s|min) left", steps[0]), printed
     assert "[cse-kit] evaluating sts_dev" in printed, printed
-    assert re.fullmatch(r"\[cse-kit\] run 1/2: done in \d+ (s|min), about \d+ (s|min) left for the others",
-                        printed[printed.index("[cse-kit] run 2/2: 0.005, seed 2") - 1]), printed
+    assert [line for line in printed if re.fullmatch(r"\[cse-kit\] run 1/1: done in \d+ (s|min)", line)], printed
     nb = nbformat.read(out, as_version=4)
     stream = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
     # the notebook's own output: one line as each run starts and ends, as before; its steps went to the terminal only
     # (a run's header lines, what it trains and the official run it reproduces, go to both)
-    run_line = re.compile(r"\[cse-kit\] (\d+ runs: |run \d+/\d+: )")
+    run_line = re.compile(r"\[cse-kit\] (\d+ runs?: |run \d+/\d+: )")
     runs = [line for line in printed if run_line.match(line)]
     kept = re.findall(r"\[cse-kit\] [^\n]*", stream)
     assert [line for line in kept if run_line.match(line)] == runs, stream
     assert not [line for line in kept if re.match(r"\[cse-kit\] (step|evaluating) ", line)], stream
     table = report.table_of(nb)
-    assert table["profile"] == "smoke" and table["seeds"] == [1, 2]
+    assert table["profile"] == "smoke" and table["seeds"] == [1]  # the smoke profile's one seed
     [row] = table["comparison"]
-    assert row["row"] == "0.005" and row["paper"] == 84.56 and row["n"] == 2
+    assert row["row"] == "0.005" and row["paper"] == 84.56 and row["n"] == 1
     assert -100 < row["mean"] < 100 and row["diff"] == pytest.approx(row["mean"] - 84.56)
     shown = "".join(o.get("data", {}).get("text/html", "") for c in nb.cells for o in c.get("outputs", []))
     assert "84.56" in shown and "0.005" in shown
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
-    assert len(list((results_dir / "records").glob("*.json"))) == 2
+    assert len(list((results_dir / "records").glob("*.json"))) == 1
 
 
 def test_a_notebooks_table_reaches_the_notebook_and_the_store_as_strict_json(tmp_path, data_dir):
@@ -301,7 +300,7 @@ def test_report_builds_reuses_and_renders_offline(tmp_path, data_dir, results_di
     console = []
     index = report.build("smoke", results_dir, data_dir, out, only=only, log=console.append)
     page = index.read_text()
-    assert any(line.startswith("    figure2_cosine: ") and " runs: " in line for line in console), console
+    assert any(line.startswith("    figure2_cosine: ") and re.search(r" runs?: ", line) for line in console), console
     assert any(line.startswith("    figure2_cosine: run 1/") for line in console) or \
         any(line.endswith("computing 0") for line in console)  # a line per run it computed (none if all cached)
     assert "[cse-kit]" not in page  # the progress lines went to the console only
@@ -400,7 +399,7 @@ def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook
         assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts  # every cell ran
         errors = [text for text in stderr if re.search(r"Traceback|^-{20,}$", text, re.MULTILINE)]
         assert not errors, errors
-        assert "[cse-kit] run 1/2: 0.005, seed 1" in "".join(stderr) or "computing 0" in "".join(stderr), stderr
+        assert "[cse-kit] run 1/1: 0.005, seed 1" in "".join(stderr) or "computing 0" in "".join(stderr), stderr
         assert table.locator(".paper").first.inner_text() == "84.56" and table.locator(".delta").count() == 1
         assert re.search(r"\(n=|±", table.locator("td b").first.inner_text())  # ours, over the seeds
         assert page.locator(".jp-RenderedImage img").evaluate("img => img.naturalWidth") > 300  # the figure
@@ -569,6 +568,18 @@ def test_report_exits_non_zero_and_names_a_failed_notebook(tmp_path, capsys, mon
         "use its own)"]
 
 
+def test_each_kernel_gets_its_own_absolute_ipc_folder():
+    """What keeps two reports' kernels apart (the slow test below runs two reports at once): each kernel's IPC
+    sockets are in a folder of its own, named by an absolute path, not jupyter's relative "kernel-ipc"."""
+    ips = [Path(report.kernel_config().KernelManager.ip) for _ in range(2)]
+    try:
+        assert all(ip.is_absolute() and ip.parent.is_dir() for ip in ips) and ips[0].parent != ips[1].parent
+    finally:
+        for ip in ips:
+            ip.parent.rmdir()
+
+
+@pytest.mark.slow  # two reports of two notebooks each (a minute); the test above checks what keeps them apart
 def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
     """Two `cse-kit report` started together on one checkout: each kernel has its own IPC socket folder (jupyter's
     default relative "kernel-ipc" let one report's kernels answer the other's, "Invalid Signature")."""
@@ -617,7 +628,7 @@ def test_notebooks_run_several_at_once_with_their_progress_on_the_console(tmp_pa
                                                          "running (0 notebook(s) not started)"], console
     finished = [line.split("] ")[0] for line in console if " finished] " in line]
     assert finished == ["[1 of 2 finished", "[2 of 2 finished"], console  # one numbering: as they finish
-    assert any(line.startswith("    figure2_cosine: ") and " runs: " in line for line in console), console  # progress
+    assert any(line.startswith("    figure2_cosine: ") and re.search(r" runs?: ", line) for line in console), console  # progress
     for name in only:
         assert any(re.match(rf"\[[12] of 2 finished\] {name}: ok \(\d+ s\)$", line) for line in console), console
 
@@ -664,3 +675,20 @@ def test_a_kernels_own_log_stays_off_the_reports_console(tmp_path, capfd):
 
     assert "[IPKernelApp] ERROR | the kernel logs this" in console(Config())  # what the test would catch
     assert "the kernel logs this" not in console(report.kernel_config())
+
+
+def test_the_report_starts_the_longest_notebooks_first_and_an_unmeasured_one_before_them(tmp_path, monkeypatch):
+    """Several at once, the report starts notebooks by their seconds in the profile's last measured report, longest
+    first, so that no long one starts last and runs alone at the end; one not yet measured could be long: first."""
+    seconds = tmp_path / "seconds.json"
+    seconds.write_text(json.dumps({"smoke": {"a": 5, "b": 300, "c": 40}, "cpu": {"a": 900}}))
+    monkeypatch.setattr(report, "NOTEBOOK_SECONDS", seconds)
+    assert report.longest_first(["a", "b", "c", "new"], "smoke") == ["new", "b", "c", "a"]
+    assert report.longest_first(["b", "a", "c"], "paper") == ["b", "a", "c"]  # nothing measured: the given order
+    monkeypatch.setattr(report, "NOTEBOOK_SECONDS", tmp_path / "absent.json")
+    assert report.longest_first(["c", "a"], "smoke") == ["c", "a"]
+
+
+def test_the_measured_notebook_seconds_name_only_notebooks_the_report_runs():
+    table = json.loads(report.NOTEBOOK_SECONDS.read_text())
+    assert table["smoke"] and all(set(times) <= set(report.NOTEBOOKS) for times in table.values())

@@ -338,3 +338,31 @@ def test_written_folders_and_files_follow_the_umask(tmp_path):
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
     assert (mode(tmp_path / "model"), mode(tmp_path / "model" / "sub")) == (0o755, 0o755)
     assert (mode(tmp_path / "model" / "sub" / "weights.bin"), mode(tmp_path / "record.json")) == (0o644, 0o644)
+
+
+def test_a_notebook_whose_runs_are_finished_never_imports_transformers(data_dir, tmp_path):
+    """A report's kernel that only reads finished records (most of a smoke report's later notebooks) skips the 3-5
+    CPU-seconds of importing transformers; its logging is still quieted when a run does import it."""
+    import subprocess
+    import sys
+
+    results = tmp_path / "results"
+    code = f"""
+import sys
+from cse_kit import experiments as ex
+from cse_kit.train.presets import build_config
+s = ex.setup("smoke", [1], {str(data_dir)!r}, {str(results)!r})
+cfg = build_config("simcse-bert", "smoke", {{"max_steps": 2, "eval_steps": 2}})
+record = s.store.get(cfg, ("sts_dev",))
+ex.save_table(s, "probe", "probe")
+print("transformers" in sys.modules)
+if "transformers" in sys.modules:
+    import transformers
+    print(transformers.logging.get_verbosity() == transformers.logging.ERROR)
+"""
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    env.pop("TRANSFORMERS_VERBOSITY", None)
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert first.stdout.split()[-2:] == ["True", "True"], first.stdout  # it trained: imported, and quiet
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert again.stdout.split()[-1] == "False", again.stdout

@@ -119,6 +119,7 @@ def test_resume_after_kill_9_ends_like_an_uninterrupted_run(data_dir, tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.slow  # the BatchNorm test below compares the same two gloo processes with one, and more
 def test_two_processes_compute_the_one_process_loss(data_dir, tmp_path):
     (_, two), losses = _one_and_two_processes(data_dir, tmp_path, _two_process_settings(), 29517)
     assert two["processes"] == 2

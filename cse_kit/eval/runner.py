@@ -28,13 +28,13 @@ def parse_tasks(spec: str) -> tuple[str, ...]:
     return names
 
 
-def evaluation_inputs(tasks="all", mode: str = "test", data_dir=None,
-                      transfer_sample: int | None = None) -> tuple[dict, dict, list[str]]:
-    """The STS pairs and transfer data of tasks in mode (at most transfer_sample records per transfer split when
-    given), and every sentence they encode (in task order)."""
+def evaluation_inputs(tasks="all", mode: str = "test", data_dir=None, transfer_sample: int | None = None,
+                      sts_sample: int | None = None) -> tuple[dict, dict, list[str]]:
+    """The STS pairs and transfer data of tasks in mode (at most transfer_sample records per transfer split and
+    sts_sample pairs per STS subset when given), and every sentence they encode (in task order)."""
     tasks = parse_tasks(tasks) if isinstance(tasks, str) else tuple(tasks)
     sts_tasks = [t for t in tasks if t in STS_TASKS and not (mode == "dev" and t in STS_YEARS)]
-    sts_inputs = {t: sts_pairs(t, mode, data_dir) for t in sts_tasks}
+    sts_inputs = {t: sts_pairs(t, mode, data_dir, sts_sample) for t in sts_tasks}
     transfer_inputs = {t: load_task(t, data_dir, transfer_sample) for t in tasks if t in TRANSFER_TASKS}
     sentences = [s for ps in sts_inputs.values() for split in ps.values() for p in split for s in (p.sent1, p.sent2)]
     sentences += [s for d in transfer_inputs.values() for s in d.sentences()]
@@ -42,13 +42,14 @@ def evaluation_inputs(tasks="all", mode: str = "test", data_dir=None,
 
 
 def evaluate(encoder: Encoder, tasks="all", mode: str = "test", data_dir=None, seed: int = 1111,
-             model_name: str | None = None, transfer_sample: int | None = None) -> dict:
+             model_name: str | None = None, transfer_sample: int | None = None, sts_sample: int | None = None) -> dict:
     """Evaluate an encoder. Every distinct sentence of every task is encoded once, up front. `transfer_sample`: at
-    most that many records per transfer split (cse_kit.eval.transfer.sample_records; the smoke profile's)."""
+    most that many records per transfer split (cse_kit.eval.transfer.sample_records), `sts_sample` pairs per STS
+    subset (cse_kit.eval.sts.sample_pairs): the smoke profile's."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     start, encode_before = time.perf_counter(), encoder.seconds  # the encoder's clock runs across calls
-    sts_inputs, transfer_inputs, sentences = evaluation_inputs(tasks, mode, data_dir, transfer_sample)
+    sts_inputs, transfer_inputs, sentences = evaluation_inputs(tasks, mode, data_dir, transfer_sample, sts_sample)
     sts_tasks, transfer_tasks = list(sts_inputs), list(transfer_inputs)
     encoder.encode(sentences)
     encoded = time.perf_counter()
@@ -67,7 +68,7 @@ def evaluate(encoder: Encoder, tasks="all", mode: str = "test", data_dir=None, s
     distinct = len(set(sentences))
     return {
         "model": model_name, "pooler": encoder.pooler, "amp": encoder.amp, "mode": mode, "seed": seed,
-        "transfer_sample": transfer_sample,
+        "transfer_sample": transfer_sample, "sts_sample": sts_sample,
         "sts": sts, "transfer": transfer,
         "timings": {"encode_s": encode_s, "prepare_s": encoded - start - encode_s,
                     "sts_s": scored - encoded,

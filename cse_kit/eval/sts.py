@@ -53,14 +53,27 @@ def pair_scores(encoder, pairs: list[StsPair]) -> tuple[np.ndarray, np.ndarray]:
     return cosine_rows(a, b), np.array([p.score for p in pairs])
 
 
-def sts_pairs(task: str, mode: str, data_dir=None) -> dict[str, list[StsPair]]:
-    """The pairs a task needs in a mode, keyed by split: STS12-16 test; STS-B/SICK-R dev (+ test unless dev)."""
+def sts_pairs(task: str, mode: str, data_dir=None, sample: int | None = None) -> dict[str, list[StsPair]]:
+    """The pairs a task needs in a mode, keyed by split: STS12-16 test; STS-B/SICK-R dev (+ test unless dev).
+    `sample`: at most that many pairs of each subset (sample_pairs), for profiles whose numbers only check the
+    pipeline (smoke)."""
     if task in STS_YEARS:
-        return {"test": load_sts(task, data_dir=data_dir)}
-    if task not in SPLIT_TASKS:
+        splits = {"test": load_sts(task, data_dir=data_dir)}
+    elif task in SPLIT_TASKS:
+        splits = {s: load_sts(task, s, data_dir) for s in (("dev",) if mode == "dev" else ("dev", "test"))}
+    else:
         raise ValueError(f"{task} is not an STS task; choose from {', '.join(STS_YEARS + SPLIT_TASKS)}")
-    splits = ("dev",) if mode == "dev" else ("dev", "test")
-    return {s: load_sts(task, s, data_dir) for s in splits}
+    return {split: sample_pairs(pairs, sample) if sample else pairs for split, pairs in splits.items()}
+
+
+def sample_pairs(pairs: list[StsPair], size: int, seed: int = 1111) -> list[StsPair]:
+    """At most `size` pairs of each subset (STS12-16's topics; STS-B's and SICK-R's split), drawn with a fixed
+    seed and kept in file order, so every aggregation still has each subset."""
+    rng = np.random.RandomState(seed)
+    subsets = np.array([p.subset for p in pairs])
+    chosen = [rows if len(rows) <= size else rng.choice(rows, size, replace=False)
+              for rows in (np.flatnonzero(subsets == name) for name in dict.fromkeys(subsets.tolist()))]
+    return [pairs[i] for i in np.sort(np.concatenate(chosen))]
 
 
 def evaluate_sts_task(encoder, task: str, pairs: dict[str, list[StsPair]]) -> dict:
