@@ -64,11 +64,11 @@ def record(found: dict[str, tuple[str, int]], profile: str) -> None:
     from cse_kit.io import write_json_atomic
     from cse_kit.report import NOTEBOOK_SECONDS
 
+    measured = {name: seconds for name, (status, seconds) in found.items() if status != "reused"}
     table = json.loads(NOTEBOOK_SECONDS.read_text()) if NOTEBOOK_SECONDS.is_file() else {}
-    table[profile] = dict(sorted({**table.get(profile, {}), **{name: seconds for name, (status, seconds)
-                                                                in found.items() if status != "reused"}}.items()))
+    table[profile] = dict(sorted({**table.get(profile, {}), **measured}.items()))
     write_json_atomic(NOTEBOOK_SECONDS, table)
-    print(f"recorded {len(found)} notebooks' seconds in {NOTEBOOK_SECONDS} ({profile})")
+    print(f"recorded {len(measured)} notebooks' seconds in {NOTEBOOK_SECONDS} ({profile})")
 
 
 def run_report(args) -> None:

@@ -189,3 +189,24 @@ def test_report_speed_times_a_report_and_sums_saved_consoles(data_dir, tmp_path)
     summed = subprocess.run([sys.executable, str(BENCH / "report_speed.py"), "--logs", *map(str, parts)],
                             capture_output=True, text=True, check=True).stdout
     assert "2 notebooks, sum of their times 22 min 57 s; none failed" in summed, summed  # the rerun's outcome counts
+
+
+def test_report_speed_records_the_seconds_the_report_starts_longest_first_by(tmp_path, monkeypatch, capsys):
+    """`--record` keeps each notebook's measured seconds under its profile (a notebook the report reused measures
+    nothing), other profiles' untouched; the report then starts the longest first."""
+    import report_speed
+
+    from cse_kit import report
+
+    seconds = tmp_path / "seconds.json"
+    seconds.write_text(json.dumps({"cpu": {"table1_sts": 900}, "smoke": {"figure2_cosine": 9}}))
+    monkeypatch.setattr(report, "NOTEBOOK_SECONDS", seconds)
+    log = tmp_path / "console.log"
+    log.write_text("[1 of 3 finished] table8_lambda: ok (39 s)\n[2 of 3 finished] table1_sts: reused (0 s)\n"
+                   "[3 of 3 finished] compare_methods: ok (122 s)\n")
+    report_speed.main(["--logs", str(log), "--record", "--profile", "smoke"])
+    assert json.loads(seconds.read_text()) == {"cpu": {"table1_sts": 900}, "smoke": {
+        "compare_methods": 122, "figure2_cosine": 9, "table8_lambda": 39}}
+    assert "recorded 2 notebooks' seconds" in capsys.readouterr().out
+    assert report.longest_first(["figure2_cosine", "table8_lambda", "compare_methods"], "smoke") == [
+        "compare_methods", "table8_lambda", "figure2_cosine"]
