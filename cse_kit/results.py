@@ -333,21 +333,14 @@ class ResultStore:
                        max_length=max_length_of(model_dir))
 
 
-def transfer_sample(profile: str | None) -> int | None:
-    """Records per transfer split a profile's transfer evaluations use (None: all, as SentEval): the smoke profile
-    checks the pipeline, and its tiny models would otherwise spend most of a smoke report encoding 108k sentences and
-    fitting classifiers on them."""
+def evaluation_sample(profile: str | None, kind: str) -> int | None:
+    """How much of the evaluation sets a profile's `kind` evaluations read (None: all, as SentEval):
+    "transfer_sample" records per transfer split, "sts_sample" STS test pairs per subset. Only the smoke profile
+    samples: it checks the pipeline, and its tiny models would otherwise spend most of a smoke report encoding the
+    108k transfer sentences (and fitting classifiers on them) and the 27k STS test sentences."""
     from .train.presets import PROFILES
 
-    return PROFILES.get(profile, {}).get("report", {}).get("transfer_sample")
-
-
-def sts_sample(profile: str | None) -> int | None:
-    """Pairs per STS subset a profile's STS test evaluations use (None: all, as SentEval): the smoke profile checks the
-    pipeline, and encoding the 27k STS test sentences was the larger part of each of its runs."""
-    from .train.presets import PROFILES
-
-    return PROFILES.get(profile, {}).get("report", {}).get("sts_sample")
+    return PROFILES.get(profile, {}).get("report", {}).get(kind)
 
 
 def _sts(mode: str):
@@ -356,7 +349,7 @@ def _sts(mode: str):
 
         if mode != "test":  # STS-B and SICK-R dev whole: what the training's dev evaluation selects on
             return evaluate(encoder, ("STSBenchmark", "SICKRelatedness"), mode, data_dir)["sts"]
-        sample = sts_sample(profile)
+        sample = evaluation_sample(profile, "sts_sample")
         result = evaluate(encoder, "sts", mode, data_dir, sts_sample=sample)["sts"]
         return {**result, **({"sample_per_subset": sample} if sample else {})}
     return run
@@ -366,7 +359,7 @@ def _transfer(mode: str):
     def run(encoder, data_dir, profile):
         from .eval.runner import evaluate
 
-        sample = transfer_sample(profile)
+        sample = evaluation_sample(profile, "transfer_sample")
         result = evaluate(encoder, "transfer", mode, data_dir, transfer_sample=sample)["transfer"]
         return {**result, "mode": mode, **({"sample_per_split": sample} if sample else {})}
     return run

@@ -38,7 +38,7 @@ def test_a_held_lock_names_its_holder_and_a_stopped_holder_is_reported(tmp_path)
             time.sleep(0.05)
         assert messages[0] == f"waiting for it; held by pid {holder.pid} on host {socket.gethostname()} since " \
                               f"{said['since']} ({path})"
-        assert f"which is stopped (SIGSTOP, Ctrl-Z or a suspended job)" in messages[1]
+        assert "which is stopped (SIGSTOP, Ctrl-Z or a suspended job)" in messages[1]
         assert f"continue it (`kill -CONT {holder.pid}`) or end it (`kill {holder.pid}`)" in messages[1]
         assert waiter.is_alive()  # reported, still waiting
     finally:

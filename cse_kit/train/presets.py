@@ -97,7 +97,6 @@ _CONSERT_SUP = {**_CONSERT, "data": "NLI", "lr": 2e-5, "epochs": 1, "batch_size"
                 "consert_aug2": "token_cutoff", "consert_rate2": 0.1}
 
 
-
 def _scd_recipes(backbone: str, variant: str) -> dict:
     """SCD's settings: each recipe value per scd_variant (a variant without a recipe for the backbone is refused
     when chosen), the preset's variant chosen."""
