@@ -212,7 +212,7 @@ class ESimCSE(SimCSE):
                     for module in self.momentum_encoder.modules():
                         self.momentum_encoder._init_weights(module)
             hidden = encoder.config.hidden_size
-            # persistent: Accelerate's save_state/load_state keep them, so a resumed run has the same queue
+            # persistent: the checkpoint (model.safetensors) keeps them, so a resumed run has the same queue
             self.register_buffer("queue", torch.zeros(queue_size, hidden))
             self.register_buffer("queue_filled", torch.zeros((), dtype=torch.long))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import math
 import os
 import shutil
@@ -33,6 +32,7 @@ from ..io import (
 )
 from ..models import load_model
 from ..prompt import Template
+from .checkpoint import STATE, RunStateError, read_checkpoint, trainer_state, write_process_files
 from .config import TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
@@ -43,10 +43,6 @@ from .presets import official_run
 
 class NonFiniteLoss(RuntimeError):
     """The loss, the weights or the dev score stopped being finite; nothing of that step was saved."""
-
-
-class RunStateError(ValueError):
-    """A run folder's files cannot be resumed from; the message names the file and the fix."""
 
 
 class TrainingStopped(Exception):
@@ -207,7 +203,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
         # the same run, found where it now is: a copied or moved folder (or results store) keeps working
         return {**summary, "config": cfg.to_dict(), "model": str(run / "model")}
     checkpoint = recover_dir(run / "checkpoint")
-    resumed = (checkpoint / "trainer_state.json").is_file()
+    resumed = (checkpoint / STATE).is_file()
     changes = {}
     if resumed and (run / "config.json").is_file():
         changes = training_changes(_read_json(run / "config.json", restart), cfg.to_dict())
@@ -284,8 +280,6 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     # the schedulers stay unprepared: Accelerate would step them once per process, but batch_size is global here
     objective, *optimizers = accelerator.prepare(objective, *optimizers)
     optimizer, scheduler = optimizers[0], schedulers[0]
-    for s in schedulers:
-        accelerator.register_for_checkpointing(s)
     unwrapped = accelerator.unwrap_model(objective)
     test_pooler = getattr(unwrapped, "test_pooler", cfg.pooler)
     # the vector that selects the checkpoint: the test vector, unless the objective reads another (PromptBERT's
@@ -300,13 +294,10 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
              "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
     if resumed:
-        state = {**state, **_read_json(checkpoint / "trainer_state.json", restart)}
-        try:
-            accelerator.load_state(str(checkpoint))
-        except Exception as e:  # safetensors, torch.load and pickle each raise their own types
-            raise RunStateError(f"the checkpoint {checkpoint} cannot be loaded ({type(e).__name__}: {e}); it is "
-                                f"truncated or damaged: {restart} (the best model so far, {run / 'model'}, is "
-                                "replaced by the new run's)") from None
+        state = {**state, **read_checkpoint(checkpoint, accelerator.process_index, accelerator.num_processes,
+                                            unwrapped, optimizers, schedulers, accelerator.scaler,
+                                            f"{restart} (the best model so far, {run / 'model'}, is replaced by the "
+                                            "new run's)")}
         if changes:
             for group in optimizer.param_groups:  # the checkpoint restored the old ones
                 group.update(initial_lr=cfg.lr)
@@ -346,12 +337,14 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         accelerator.wait_for_everyone()
-        with writing(checkpoint, partial=tmp), _quiet_tied_weights():  # a full disk or Ctrl-C leaves no tmp
-            accelerator.save_state(str(tmp))  # every process writes its own RNG states
+        with writing(checkpoint, partial=tmp):  # a full disk or Ctrl-C leaves no tmp
+            write_process_files(tmp, accelerator.process_index, unwrapped, optimizers,
+                                main=accelerator.is_main_process)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             with writing(checkpoint, partial=tmp):
-                write_json_atomic(tmp / "trainer_state.json", state)
+                write_json_atomic(tmp / STATE, trainer_state(tmp, state, schedulers, accelerator.scaler,
+                                                             accelerator.num_processes))
                 swap_dir(tmp, checkpoint)
         accelerator.wait_for_everyone()
         state["seconds"]["checkpoint"] += time.perf_counter() - t
@@ -561,19 +554,6 @@ def _peak_memory(accelerator) -> dict:
     return {"peak_gpu_memory_bytes": gpu, "peak_rss_bytes": rss}
 
 
-@contextlib.contextmanager
-def _quiet_tied_weights():
-    """Accelerate warns "Removed shared tensor ... while saving" at every checkpoint of DiffCSE: the generator's
-    decoder is tied to its word embeddings, saved once and tied again on load (resume is exact, tested)."""
-    notices = logging.getLogger("accelerate.utils.other")
-    level = notices.level
-    notices.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        notices.setLevel(level)
-
-
 def _test_model(objective):
     """What is evaluated and exported: the objective's test model (e.g. supervised SimCSE's encoder with its MLP as
     the pooler), else its encoder."""
@@ -622,7 +602,7 @@ def _step_batch(batches, nli_batches, step: int, first_stage: int, micro: int, a
 
 
 def checkpoint_step(checkpoint: Path):
-    path = checkpoint / "trainer_state.json"
+    path = checkpoint / STATE
     return json.loads(path.read_text())["step"] if path.is_file() else None
 
 

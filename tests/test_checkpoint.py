@@ -1,0 +1,166 @@
+"""A run folder is data, never code: a checkpoint is read without pickle, every file is checked against the digest
+the checkpoint recorded, and a resume restores all it saved (bit-identical) or refuses in one line naming the file."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cse_kit.train import build_config, train
+from cse_kit.train.loop import RunStateError, TrainingStopped, stop_after_this_step
+
+SETTINGS = {"max_steps": 4, "eval_steps": 4, "log_steps": 1, "save_steps": 100}
+FILES = ["trainer_state.json", "model.safetensors", "optimizer.safetensors", "random_states_0.json"]
+
+
+class CreatesAFile:
+    """Unpickled with pickle's full power (torch.load(weights_only=False), pickle.load), it creates `path`."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def plant(path: Path, marker: Path) -> None:
+    """A torch.save pickle that creates `marker` when loaded, in place of `path`; proven live first."""
+    payload = path.with_name("payload.pt")  # torch.load reads a *.safetensors name as safetensors
+    torch.save(CreatesAFile(marker), payload)
+    torch.load(payload, weights_only=False).close()
+    assert marker.is_file(), "the planted pickle does not create its file"
+    marker.unlink()
+    os.replace(payload, path)
+
+
+def _config(data_dir, run):
+    return build_config("simcse-bert", "smoke", {"output_dir": str(run), "data_dir": str(data_dir), **SETTINGS})
+
+
+@pytest.fixture(scope="module")
+def runs(data_dir, tmp_path_factory):
+    """An uninterrupted 4-step run, and the same run stopped after step 1 with its checkpoint (to resume in copies)."""
+    root = tmp_path_factory.mktemp("runs")
+    train(_config(data_dir, root / "whole"), progress=False)
+    stop_after_this_step()
+    with pytest.raises(TrainingStopped):
+        train(_config(data_dir, root / "stopped"), progress=False)
+    return root
+
+
+def _copy(runs, data_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs / "stopped", run)
+    return _config(data_dir, run), run
+
+
+def _ends_like_the_whole_run(runs, run) -> None:
+    whole, resumed = (load_file(str(d / "model" / "model.safetensors")) for d in (runs / "whole", run))
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    logs = [[{k: v for k, v in json.loads(x).items() if k != "dev"} for x in (d / "log.jsonl").read_text().splitlines()]
+            for d in (runs / "whole", run)]
+    assert logs[0] == logs[1]
+
+
+def test_the_checkpoint_holds_no_pickle_and_resumes_bit_identical(runs, data_dir, tmp_path):
+    cfg, run = _copy(runs, data_dir, tmp_path)
+    checkpoint = run / "checkpoint"
+    assert sorted(p.name for p in checkpoint.iterdir()) == sorted(FILES)
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["step"] == 1
+    marker = tmp_path / "created"
+    plant(checkpoint / "custom_checkpoint_0.pkl", marker)  # where Accelerate's save_state put the schedulers
+    train(cfg, progress=False)
+    assert not marker.exists()
+    _ends_like_the_whole_run(runs, run)
+
+
+def _damage(path: Path, how: str) -> None:
+    body = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(body[:len(body) // 2])
+    elif how == "one byte changed":
+        middle = len(body) // 2
+        path.write_bytes(body[:middle] + bytes([body[middle] ^ 0x01]) + body[middle + 1:])
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "one byte changed", "missing"])
+@pytest.mark.parametrize("name", FILES)
+def test_a_damaged_checkpoint_file_is_refused_in_one_line_naming_it_and_the_fix(runs, data_dir, tmp_path, name, how):
+    cfg, run = _copy(runs, data_dir, tmp_path)
+    if name == "trainer_state.json" and how == "missing":
+        train(cfg, progress=False)  # no trainer state: no checkpoint at all, the run trains again from step 0
+        _ends_like_the_whole_run(runs, run)
+        return
+    _damage(run / "checkpoint" / name, how)
+    with pytest.raises(RunStateError) as refused:
+        train(cfg, progress=False)
+    message = str(refused.value)
+    assert "\n" not in message and str(run / "checkpoint" / name) in message
+    assert f"remove {run / 'checkpoint'} to train this run again from step 0" in message
+    assert not (run / "summary.json").exists()
+
+
+def test_a_checkpoint_of_another_number_of_processes_is_refused(runs, data_dir, tmp_path):
+    cfg, run = _copy(runs, data_dir, tmp_path)
+    state = run / "checkpoint" / "trainer_state.json"
+    saved = json.loads(state.read_text())
+    saved["checkpoint"]["processes"] = 2
+    from cse_kit.train.checkpoint import _sealed
+
+    saved["sha256"] = _sealed({k: v for k, v in saved.items() if k != "sha256"})
+    state.write_text(json.dumps(saved))
+    with pytest.raises(RunStateError, match=r"a run of 2 processes and this one has 1: .* resume with 2 processes"):
+        train(cfg, progress=False)
+
+
+def _cli(args, data_dir, run):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    sets = [x for k, v in SETTINGS.items() for x in ("--set", f"{k}={v}")]
+    return subprocess.run([sys.executable, "-m", "cse_kit.cli", *args, "--data-dir", str(data_dir),
+                           "--output-dir", str(run), "--no-progress", *sets], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_pickle_planted_in_place_of_a_checkpoint_file_never_runs(runs, data_dir, tmp_path, name):
+    _, run = _copy(runs, data_dir, tmp_path)
+    marker = tmp_path / "created"
+    plant(run / "checkpoint" / name, marker)
+    done = _cli(["train", "--preset", "simcse-bert", "--profile", "smoke"], data_dir, run)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and str(run / "checkpoint" / name) in done.stderr, done.stderr
+    assert not marker.exists()
+
+
+def test_a_checkpoint_of_cse_kit_0_1_0_is_refused_without_reading_its_pickles(runs, data_dir, tmp_path):
+    """What cse-kit 0.1.0 wrote: Accelerate's save_state (the schedulers registered for checkpointing, read back
+    with weights_only=False) and its trainer_state.json."""
+    from accelerate import Accelerator
+
+    _, run = _copy(runs, data_dir, tmp_path)
+    checkpoint = run / "checkpoint"
+    step = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
+    shutil.rmtree(checkpoint)
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0))
+    accelerator.save_state(str(checkpoint))
+    assert {"custom_checkpoint_0.pkl", "random_states_0.pkl", "optimizer.bin"} <= {p.name for p in checkpoint.iterdir()}
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"step": step, "best": None, "best_step": None}))
+    marker = tmp_path / "created"
+    plant(checkpoint / "custom_checkpoint_0.pkl", marker)
+    done = _cli(["train", "--preset", "simcse-bert", "--profile", "smoke"], data_dir, run)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"{checkpoint} was written by cse-kit 0.1.0" in done.stderr
+    assert "release that started it (cse-kit 0.1.0, commit c4c4f67)" in done.stderr
+    assert f"remove {checkpoint} to train this run again from step 0" in done.stderr
+    assert not marker.exists()
