@@ -334,19 +334,17 @@ def time_dev(objective, cfg, tokenizer, device, args) -> dict:
 
 
 def time_checkpoint(objective, optimizer, device, folder=None) -> float:
-    """Seconds to write what Accelerate's save_state writes: the model's safetensors (shared tensors once), the
-    optimizer's state and the RNG states."""
-    from safetensors.torch import save_model
+    """Seconds to write what a run's checkpoint holds (cse_kit.train.checkpoint): the model's safetensors (shared
+    tensors once), the optimizer's, the RNG states and the trainer state with every file's SHA-256."""
+    from cse_kit.io import write_json_atomic
+    from cse_kit.train.checkpoint import STATE, trainer_state, write_process_files
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         sync()
         t = time.perf_counter()
-        save_model(objective, str(Path(tmp) / "model.safetensors"))
-        torch.save(optimizer.state_dict(), Path(tmp) / "optimizer.bin")
-        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-               **({"cuda": torch.cuda.get_rng_state_all()} if device.type == "cuda" else {})}
-        torch.save(rng, Path(tmp) / "random_states_0.pkl")
+        write_process_files(Path(tmp), 0, objective, [optimizer], main=True)
+        write_json_atomic(Path(tmp) / STATE, trainer_state(Path(tmp), {"step": 0}, [], None, 1))
         return time.perf_counter() - t
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import pickle
 import re
 import warnings
 import weakref
@@ -30,8 +32,18 @@ SMOKE_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads"
 FITTED_MLM = {"all-MiniLM-L6-v2-mlm": "all-MiniLM-L6-v2"}
 
 
+#: set to 1 to let transformers run the Python code a model folder or Hub repository ships (its config's auto_map)
+TRUST_REMOTE_CODE = "CSE_KIT_TRUST_REMOTE_CODE"
+
+
 class ModelNotFoundError(OSError):
     pass
+
+
+def trust_remote_code() -> bool:
+    """Whether a model's own Python code may run: only when the user set CSE_KIT_TRUST_REMOTE_CODE=1 (transformers
+    would otherwise ask on a terminal, and a batch job's answer is no one's)."""
+    return os.environ.get(TRUST_REMOTE_CODE) == "1"
 
 
 def offline_mode() -> bool:
@@ -116,6 +128,7 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
 
     Honours offline mode (HF_HUB_OFFLINE=1 or offline=True): only local files are used, and a Hub id that is not
     in the local cache raises ModelNotFoundError saying how to get it."""
+    from safetensors import SafetensorError
     from transformers import AutoModel, AutoTokenizer
 
     if ref in SMOKE_MODELS:
@@ -131,12 +144,27 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
                 f"cannot load {ref!r}: it is not in the local Hugging Face cache and the Hub cannot be reached "
                 f"({unreachable}). Without internet, use the cpu or smoke profile (--profile cpu), a local model "
                 f"directory, or fetch it elsewhere with `hf download {resolved}` and copy the cache.")
+    trusted = trust_remote_code()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline)
-        with quiet_transformers():
+        with quiet_transformers():  # a custom model type's tokenizer warns of its config before the refusal
+            tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline, trust_remote_code=trusted)
             model, info = model_class.from_pretrained(resolved, local_files_only=offline, output_loading_info=True,
-                                                      **kwargs)
-    except (OSError, ValueError) as e:  # transformers raises ValueError for a folder without tokenizer files
+                                                      trust_remote_code=trusted, **kwargs)
+    except (OSError, ValueError, pickle.UnpicklingError, SafetensorError) as e:  # ValueError: no tokenizer files
+        if "trust_remote_code" in str(e) and not trusted:
+            raise ModelNotFoundError(
+                f"{ref} ships its own Python code (its config's auto_map), which the kit does not run unless asked: "
+                f"read that code, then set {TRUST_REMOTE_CODE}=1 to load it (docs/security.md)") from None
+        if "Weights only load failed" in str(e):  # torch's many-line refusal of a pickle that is not only tensors
+            why = next(line for line in str(e).splitlines() if "WeightsUnpickler error" in line).strip()
+            raise ModelNotFoundError(
+                f"{ref}: its pickled weights (pytorch_model.bin) hold more than tensors, which could run code when "
+                f"read, so the kit does not load them ({why}). Use a copy of the model with safetensors weights") \
+                from None
+        damaged = _damaged_file(Path(resolved)) if local else None
+        if damaged:
+            raise ModelNotFoundError(f"{damaged[0]} is damaged ({damaged[1]}): copy the model folder again (or "
+                                     "export the run again)") from None
         if local:
             raise ModelNotFoundError(f"{resolved} is not a loadable model directory ({e})") from None
         hint = ("offline mode is on (HF_HUB_OFFLINE=1) and it is not in the local Hugging Face cache"
@@ -163,6 +191,25 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
         warnings.warn(f"{ref}: {len(unexpected_missing)} weights are not in the checkpoint and start random "
                       f"(e.g. {', '.join(unexpected_missing[:3])})", stacklevel=2)
     return tokenizer, model
+
+
+def _damaged_file(folder: Path) -> tuple[Path, str] | None:
+    """(the first JSON or safetensors file of a model folder that does not parse, why), or None: transformers'
+    messages do not always name the file."""
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.json")):
+        try:
+            json.loads(path.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return path, str(e)
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except Exception as e:  # safetensors raises its own SafetensorError, and OSError
+            return path, str(e)
+    return None
 
 
 def _in_hub_cache(repo_id: str) -> bool:

@@ -18,6 +18,28 @@ ARCHIVES = {
 }
 
 
+class CreatesAFile:
+    """Unpickled with pickle's full power (torch.load(weights_only=False), pickle.load), it creates `path`."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def plant(path: Path, marker: Path) -> None:
+    """A torch.save pickle that creates `marker` when loaded, in place of `path`; proven live first."""
+    import torch
+
+    payload = path.with_name("payload.pt")  # torch.load reads a *.safetensors name as safetensors
+    torch.save(CreatesAFile(marker), payload)
+    torch.load(payload, weights_only=False).close()
+    assert marker.is_file(), "the planted pickle does not create its file"
+    marker.unlink()
+    os.replace(payload, path)
+
+
 #: The kernel packs its messages with jupyter_client's json packer (orjson, its default where installed, writes NaN as
 #: null silently), so a display message holding NaN or infinity shows its warning on the cell's stderr.
 STRICT_KERNEL = ["--Session.packer=json"]

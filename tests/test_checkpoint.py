@@ -12,31 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import plant
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import RunStateError, TrainingStopped, stop_after_this_step
 
 SETTINGS = {"max_steps": 4, "eval_steps": 4, "log_steps": 1, "save_steps": 100}
 FILES = ["trainer_state.json", "model.safetensors", "optimizer.safetensors", "random_states_0.json"]
-
-
-class CreatesAFile:
-    """Unpickled with pickle's full power (torch.load(weights_only=False), pickle.load), it creates `path`."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return open, (self.path, "w")
-
-
-def plant(path: Path, marker: Path) -> None:
-    """A torch.save pickle that creates `marker` when loaded, in place of `path`; proven live first."""
-    payload = path.with_name("payload.pt")  # torch.load reads a *.safetensors name as safetensors
-    torch.save(CreatesAFile(marker), payload)
-    torch.load(payload, weights_only=False).close()
-    assert marker.is_file(), "the planted pickle does not create its file"
-    marker.unlink()
-    os.replace(payload, path)
 
 
 def _config(data_dir, run):
@@ -164,3 +145,42 @@ def test_a_checkpoint_of_cse_kit_0_1_0_is_refused_without_reading_its_pickles(ru
     assert "release that started it (cse-kit 0.1.0, commit c4c4f67)" in done.stderr
     assert f"remove {checkpoint} to train this run again from step 0" in done.stderr
     assert not marker.exists()
+
+
+def _two_processes(data_dir, run, port, **kw):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    settings = {"max_steps": 40, "eval_steps": 40, "log_steps": 1, "save_steps": 2}
+    sets = [x for k, v in settings.items() for x in ("--set", f"{k}={v}")]
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                             str(port), "-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke",
+                             "--data-dir", str(data_dir), "--output-dir", str(run), "--no-progress", *sets],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_a_two_process_run_killed_after_a_checkpoint_resumes_every_ranks_random_states(data_dir, tmp_path):
+    """Dropout on: each rank draws its own masks from its own seed, so a rank whose random states were not restored
+    would train other steps than the uninterrupted run."""
+    import signal
+    import time
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert _two_processes(data_dir, whole, 29531).wait() == 0
+    proc = _two_processes(data_dir, cut, 29532, start_new_session=True)
+    state = cut / "checkpoint" / "trainer_state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["step"] >= 4:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (cut / "summary.json").exists(), "the run finished before it could be killed"
+    assert {"random_states_0.json", "random_states_1.json"} <= {p.name for p in (cut / "checkpoint").iterdir()}
+    resumed = _two_processes(data_dir, cut, 29533)
+    _, err = resumed.communicate()
+    assert resumed.returncode == 0, err
+    a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (whole, cut))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    losses = [[json.loads(x).get("loss") for x in (d / "log.jsonl").read_text().splitlines()] for d in (whole, cut)]
+    assert losses[0] == losses[1] and len(losses[0]) == 41

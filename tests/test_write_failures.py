@@ -60,19 +60,19 @@ def leftovers(folder: Path) -> list[str]:
 
 def test_a_full_disk_at_a_checkpoint_or_the_model_export_and_ctrl_c_keep_nothing_and_the_rerun_resumes(
         small_disk, data_dir, capsys, monkeypatch):
-    from accelerate import Accelerator
+    from cse_kit.train import loop
 
     run = small_disk / "run"
     train = ["train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir", str(data_dir), "--no-progress",
              "--output-dir", str(run), "--max-steps", "4", "--set", "save_steps=2", "--set", "eval_steps=4"]
-    save_state = Accelerator.save_state
+    write_process_files = loop.write_process_files
 
-    def interrupted(self, folder, **kw):  # Ctrl-C while the checkpoint's files are being written
-        save_state(self, folder, **kw)
+    def interrupted(*args, **kw):  # Ctrl-C while the checkpoint's files are being written
+        write_process_files(*args, **kw)
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(Accelerator, "save_state", interrupted)
+        m.setattr(loop, "write_process_files", interrupted)
         assert cli.main(train) == 130
     assert "interrupted; nothing half-written is kept" in capsys.readouterr().err and leftovers(run) == []
     filler = fill(small_disk, 6 << 20)  # the smoke checkpoint is 12 MB

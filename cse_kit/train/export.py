@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..augmentation import HoulsbyAdapters
 from ..io import atomic_dir, write_json_atomic
-from ..models import quiet_transformers
+from ..models import quiet_transformers, trust_remote_code
 from ..prefix import PrefixedEncoder
 from ..prompt import PromptReading, build_prompt_head
 
@@ -36,7 +36,12 @@ def export_encoder(encoder, tokenizer, out_dir, metadata: dict, prompt: PromptRe
 
 def read_metadata(model_dir) -> dict | None:
     path = Path(model_dir) / METADATA
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): copy the model folder again (or export the run again)") from None
 
 
 def exported(model_dir, key: str):
@@ -66,7 +71,7 @@ def prompt_reading_of(model_dir) -> PromptReading | None:
         if not path.is_file():
             raise FileNotFoundError(f"{model_dir}/{METADATA} reads the template through a trained {kind} head, and "
                                     f"{PROMPT_HEAD} is missing: copy the whole model directory, or export the run again")
-        head = build_prompt_head(kind, AutoConfig.from_pretrained(model_dir))
+        head = build_prompt_head(kind, AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code()))
         head.load_state_dict(load_file(str(path)))
         head.eval()
     return PromptReading(**settings, head=head, head_kind=kind)
