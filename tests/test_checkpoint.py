@@ -147,14 +147,14 @@ def test_a_checkpoint_of_cse_kit_0_1_0_is_refused_without_reading_its_pickles(ru
     assert not marker.exists()
 
 
-def _two_processes(data_dir, run, port, **kw):
+def _two_processes(data_dir, run, port):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    settings = {"max_steps": 40, "eval_steps": 40, "log_steps": 1, "save_steps": 2}
+    settings = {"max_examples": 384, "max_steps": 24, "eval_steps": 24, "log_steps": 1, "save_steps": 2}
     sets = [x for k, v in settings.items() for x in ("--set", f"{k}={v}")]
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                              str(port), "-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke",
                              "--data-dir", str(data_dir), "--output-dir", str(run), "--no-progress", *sets],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
@@ -164,16 +164,21 @@ def test_a_two_process_run_killed_after_a_checkpoint_resumes_every_ranks_random_
     import signal
     import time
 
+    import psutil
+
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert _two_processes(data_dir, whole, 29531).wait() == 0
-    proc = _two_processes(data_dir, cut, 29532, start_new_session=True)
+    proc = _two_processes(data_dir, cut, 29532)
     state = cut / "checkpoint" / "trainer_state.json"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if state.is_file() and json.loads(state.read_text())["step"] >= 4:
             break
         time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
+    workers = psutil.Process(proc.pid).children()  # torchrun starts each in a session of its own
+    for process in (*workers, psutil.Process(proc.pid)):  # a node lost: every process at once
+        process.send_signal(signal.SIGKILL)
+    psutil.wait_procs(workers, timeout=60)
     proc.wait()
     assert not (cut / "summary.json").exists(), "the run finished before it could be killed"
     assert {"random_states_0.json", "random_states_1.json"} <= {p.name for p in (cut / "checkpoint").iterdir()}
@@ -183,4 +188,40 @@ def test_a_two_process_run_killed_after_a_checkpoint_resumes_every_ranks_random_
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (whole, cut))
     assert all(torch.equal(a[k], b[k]) for k in a)
     losses = [[json.loads(x).get("loss") for x in (d / "log.jsonl").read_text().splitlines()] for d in (whole, cut)]
-    assert losses[0] == losses[1] and len(losses[0]) == 41
+    assert losses[0] == losses[1] and len(losses[0]) == 25  # 24 steps and the dev evaluation
+
+
+@pytest.mark.parametrize("optimizer", ["torch-adamw", "hf-trainer", "sentence-transformers"])
+def test_every_optimizers_state_comes_back_exactly(tmp_path, optimizer):
+    """The legacy optimizers count their steps in ints (JSON in the file's metadata), torch's in tensors; Adam's
+    betas are a tuple again after JSON."""
+    from cse_kit.io import write_json_atomic
+    from cse_kit.train.checkpoint import STATE, read_checkpoint, trainer_state, write_process_files
+    from cse_kit.train.optim import build_optimizer
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+        opt = build_optimizer(list(model.named_parameters()), optimizer, 1e-2, 0.01)
+        return model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))
+
+    def step(model, opt, scheduler):
+        model(torch.randn(8, 4)).pow(2).sum().backward()
+        opt.step(), scheduler.step(), opt.zero_grad()
+
+    model, opt, scheduler = build()
+    for _ in range(3):
+        step(model, opt, scheduler)
+    write_process_files(tmp_path, 0, model, [opt], main=True)
+    write_json_atomic(tmp_path / STATE, trainer_state(tmp_path, {"step": 3}, [scheduler], None, 1))
+    rng = torch.get_rng_state()
+    step(model, opt, scheduler)  # the run goes on; the copy resumes from the checkpoint
+    again, opt_again, scheduler_again = build()
+    torch.manual_seed(1)  # restored from the checkpoint
+    assert read_checkpoint(tmp_path, 0, 1, again, [opt_again], [scheduler_again], None, "fix") == {"step": 3}
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert {k: type(v) for k, v in opt_again.param_groups[0].items()} == \
+        {k: type(v) for k, v in opt.param_groups[0].items()}
+    step(again, opt_again, scheduler_again)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert scheduler.state_dict() == scheduler_again.state_dict()
