@@ -120,8 +120,8 @@ def test_a_pickle_planted_in_place_of_a_checkpoint_file_never_runs(runs, data_di
     assert not marker.exists()
 
 
-def test_a_checkpoint_of_cse_kit_0_1_0_is_refused_without_reading_its_pickles(runs, data_dir, tmp_path):
-    """What cse-kit 0.1.0 wrote: Accelerate's save_state (the schedulers registered for checkpointing, read back
+def test_a_checkpoint_of_an_earlier_version_is_refused_without_reading_its_pickles(runs, data_dir, tmp_path):
+    """What cse-kit wrote up to commit c4c4f67: Accelerate's save_state (the schedulers registered for checkpointing, read back
     with weights_only=False) and its trainer_state.json."""
     from accelerate import Accelerator
 
@@ -141,8 +141,8 @@ def test_a_checkpoint_of_cse_kit_0_1_0_is_refused_without_reading_its_pickles(ru
     plant(checkpoint / "custom_checkpoint_0.pkl", marker)
     done = _cli(["train", "--preset", "simcse-bert", "--profile", "smoke"], data_dir, run)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert f"{checkpoint} was written by cse-kit 0.1.0" in done.stderr
-    assert "release that started it (cse-kit 0.1.0, commit c4c4f67)" in done.stderr
+    assert f"{checkpoint} is in the checkpoint format of earlier cse-kit versions" in done.stderr
+    assert "Finish the run with the cse-kit that started it (e.g. `git checkout c4c4f67`)" in done.stderr
     assert f"remove {checkpoint} to train this run again from step 0" in done.stderr
     assert not marker.exists()
 

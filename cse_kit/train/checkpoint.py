@@ -7,8 +7,8 @@ loop's state, the schedulers' and the AMP scaler's states, the number of process
 its own. A resume checks every digest before it reads a byte of a file, so a damaged or replaced file is refused in
 one line naming it, never half-restored.
 
-Checkpoints of cse-kit 0.1.0 (Accelerate's save_state: `custom_checkpoint_*.pkl`, `random_states_*.pkl`,
-`optimizer.bin`) are refused: Accelerate reads the first with pickle's full power."""
+Checkpoints of earlier versions (Accelerate's save_state: `custom_checkpoint_*.pkl`, `random_states_*.pkl`,
+`optimizer.bin`, up to commit c4c4f67) are refused: Accelerate reads the first with pickle's full power."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 FORMAT = 2
 STATE = "trainer_state.json"
 MODEL = "model.safetensors"
-#: what cse-kit 0.1.0 (Accelerate's save_state) wrote, any one of which marks its checkpoints
+#: what earlier versions (Accelerate's save_state) wrote, any one of which marks their checkpoints
 ACCELERATE_FILES = ("custom_checkpoint_0.pkl", "random_states_0.pkl", "optimizer.bin")
 
 
@@ -138,9 +138,9 @@ def _read_state(folder: Path, fix: str) -> dict:
         raise RunStateError(f"{path} is damaged (a JSON {type(saved).__name__}, not the trainer's state); {fix}")
     if "checkpoint" not in saved and any((folder / name).exists() for name in ACCELERATE_FILES):
         raise RunStateError(
-            f"{folder} was written by cse-kit 0.1.0, whose checkpoints hold pickles (Accelerate's save_state) that "
-            "can run code when read; this release reads only its own pickle-free checkpoints. Finish the run with "
-            f"the release that started it (cse-kit 0.1.0, commit c4c4f67), or {fix}")
+            f"{folder} is in the checkpoint format of earlier cse-kit versions (Accelerate's save_state), whose "
+            "pickles can run code when read, so this version does not read it. Finish the run with the cse-kit that "
+            f"started it (e.g. `git checkout c4c4f67`), or {fix}")
     body = {k: v for k, v in saved.items() if k != "sha256"}
     if saved.get("sha256") != _sealed(body) or not isinstance(saved.get("checkpoint"), dict):
         raise RunStateError(f"{path} is damaged (its content does not match its SHA-256: edited or replaced); {fix}")
