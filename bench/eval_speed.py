@@ -16,7 +16,7 @@
                                        # the encoding bar's ETA against the time the encoding really took: how far
                                        # off it is after the first 10% of the work (the target: within 20%)
   python bench/eval_speed.py transfer --senteval PATH/TO/SentEval [--modes fasttest,test] [--tasks MR,CR]
-                                       [--cache emb.pkl] [--no-original]
+                                       [--cache emb.npz] [--no-original]
                                        # classifier time vs the original SentEval on the same embeddings
                                        # (--cache keeps the sentence embeddings between invocations)
 
@@ -27,7 +27,6 @@ are all valid RoBERTa ids, and the lengths are what the encoding costs).
 """
 
 import argparse
-import pickle
 import statistics
 import sys
 import time
@@ -90,14 +89,16 @@ def bench_transfer(tokenizer, model, args):
     data_dir = resolve_data_dir(args.data_dir)
     enc = Encoder(model, tokenizer, "avg", progress=False)
     cache = Path(args.cache) if args.cache else None
-    if cache and cache.is_file():
-        enc._cache.update(pickle.loads(cache.read_bytes()))
+    if cache and cache.is_file():  # numbers and strings only: a cache file is data, never code
+        with np.load(cache, allow_pickle=False) as saved:
+            enc._cache.update(zip(saved["sentences"].tolist(), saved["vectors"]))
     tasks = {t: load_task(t, data_dir) for t in (args.tasks or ",".join(TRANSFER_TASKS)).split(",")}
     t = time.perf_counter()
     enc.encode([s for d in tasks.values() for s in d.sentences()])
     print(f"encoding the transfer sentences not in the cache: {time.perf_counter() - t:.1f} s")
     if cache:
-        cache.write_bytes(pickle.dumps(enc._cache))
+        with cache.open("wb") as f:
+            np.savez(f, sentences=np.array(list(enc._cache)), vectors=np.stack(list(enc._cache.values())))
 
     def lookup(params, batch):  # the original gets the very same embeddings
         return torch.from_numpy(enc.encode([" ".join(s) for s in batch]))
@@ -280,7 +281,7 @@ def main():
     p.add_argument("--modes", default="fasttest,test")
     p.add_argument("--tasks", help="transfer: the tasks to time (default: the seven); full and eta: what cse-kit "
                                    "eval --tasks takes (default: all)")
-    p.add_argument("--cache", help="pickle of sentence embeddings, read if present and written after encoding")
+    p.add_argument("--cache", help="an .npz of sentence embeddings, read if present and written after encoding")
     p.add_argument("--no-original", action="store_true", help="time only our classifiers")
     args = p.parse_args()
     tokenizer, model = load_model("all-MiniLM-L6-v2")
