@@ -156,7 +156,8 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
                 f"{ref} ships its own Python code (its config's auto_map), which the kit does not run unless asked: "
                 f"read that code, then set {TRUST_REMOTE_CODE}=1 to load it (docs/security.md)") from None
         if "Weights only load failed" in str(e):  # torch's many-line refusal of a pickle that is not only tensors
-            why = next(line for line in str(e).splitlines() if "WeightsUnpickler error" in line).strip()
+            lines = str(e).splitlines()
+            why = next((line for line in lines if "WeightsUnpickler error" in line), lines[0]).strip()
             raise ModelNotFoundError(
                 f"{ref}: its pickled weights (pytorch_model.bin) hold more than tensors, which could run code when "
                 f"read, so the kit does not load them ({why}). Use a copy of the model with safetensors weights") \
