@@ -478,6 +478,12 @@ OFFICIAL_DECAY = {"simcse-bert": _undecayed_4_2_1, "diffcse-bert-sts": _undecaye
                   "diffaug-semi-aux-bert-official": lambda name, module: False}
 
 
+def _owners(objective):
+    """{parameter name: the module that holds it}."""
+    return {f"{m}.{n}".lstrip("."): module for m, module in objective.named_modules()
+            for n, _ in module.named_parameters(recurse=False)}
+
+
 def _decayed_by_one_step(named, optimizer, lr, weight_decay):
     """{name: decayed?} after one step of `optimizer` on zero gradients from weights of 1: the legacy AdamW's update
     is then 0, and only its weight decay, p -= lr · wd · p, moves a weight."""
@@ -504,8 +510,7 @@ def test_each_official_optimizer_decays_the_parameters_its_trainer_decayed(data_
     cfg = build_config(preset, "smoke", {field: "official-code", "weight_decay": 0.1, "data_dir": str(data_dir)})
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
-    modules = {f"{m}.{n}".lstrip("."): module for m, module in objective.named_modules()
-               for n, _ in module.named_parameters(recurse=False)}
+    modules = _owners(objective)
     rule = OFFICIAL_DECAY[preset]
     named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]  # as the loop builds it
     sets = [named]
@@ -526,8 +531,7 @@ def test_the_name_rule_and_scds_module_rule_leave_the_same_parameters_undecayed(
     for preset in ("scd-bert-official", "promptbert-sup-bert", "diffcse-bert-sts"):
         cfg = build_config(preset, "smoke", [f"{_variants(preset)[0]}=official-code"])
         objective = build_objective(cfg, *load_encoder(cfg.model, cfg.dropout))
-        modules = {f"{m}.{n}".lstrip("."): module for m, module in objective.named_modules()
-                   for n, _ in module.named_parameters(recurse=False)}
+        modules = _owners(objective)
         assert any(isinstance(m, torch.nn.LayerNorm) for m in modules.values())
         for name, module in modules.items():
             assert _undecayed_4_2_1(name, module) == _undecayed_4_10(name, module), (preset, name)
