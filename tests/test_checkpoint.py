@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from conftest import plant
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import RunStateError, TrainingStopped, stop_after_this_step
+from cse_kit.train.optim import OPTIMIZERS
 
 SETTINGS = {"max_steps": 4, "eval_steps": 4, "log_steps": 1, "save_steps": 100}
 FILES = ["trainer_state.json", "model.safetensors", "optimizer.safetensors", "random_states_0.json"]
@@ -191,7 +192,7 @@ def test_a_two_process_run_killed_after_a_checkpoint_resumes_every_ranks_random_
     assert losses[0] == losses[1] and len(losses[0]) == 25  # 24 steps and the dev evaluation
 
 
-@pytest.mark.parametrize("optimizer", ["torch-adamw", "hf-trainer", "sentence-transformers"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 def test_every_optimizers_state_comes_back_exactly(tmp_path, optimizer):
     """The legacy optimizers count their steps in ints (JSON in the file's metadata), torch's in tensors; Adam's
     betas are a tuple again after JSON."""
