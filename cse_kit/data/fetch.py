@@ -81,6 +81,12 @@ def _check_tail(stream) -> None:
             raise tarfile.ReadError("unreadable data after the last member read (a damaged header)")
 
 
+#: Why tarfile's "data" filter refuses a member (tarfile.FilterError's subclasses).
+_UNSAFE = {"AbsolutePathError": "an absolute path", "OutsideDestinationError": "it would land outside the data "
+           "directory", "AbsoluteLinkError": "a link to an absolute path", "LinkOutsideDestinationError": "a link "
+           "out of the data directory", "SpecialFileError": "a device or other special file"}
+
+
 def unpack(archive: Path, dest: Path) -> None:
     """Unpack a tar(.gz), zip or .gz file, or copy a plain file or a folder, into dest."""
     name = archive.name
@@ -99,6 +105,10 @@ def unpack(archive: Path, dest: Path) -> None:
                 shutil.copyfileobj(src, out, CHUNK)
         else:
             shutil.copy2(archive, dest / name)
+    except tarfile.FilterError as e:  # before TarError, its base: the archive is whole, one member is refused
+        raise DataError(f"{archive} holds an unsafe path, member {e.tarinfo.name!r}: {_UNSAFE[type(e).__name__]}; "
+                        "nothing was placed. Use the archive from the dataset's own source, or unpack it yourself "
+                        "and import the folder.") from None
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise DataError(f"{archive} is not a complete archive ({type(e).__name__}: {e}); it is truncated or "
                         "not a .tar(.gz)/.zip/.gz file: copy or download it again. Nothing was placed.") from None
