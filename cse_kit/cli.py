@@ -231,10 +231,10 @@ def cmd_report(args) -> int:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
-        import os
+    from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
 
-        from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params
+    if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.parallel)
+        import os
 
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
@@ -382,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "core or the GPU)")
     p.add_argument("--workers", type=int, default=1,
                    help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
-                        "jobs with --cluster slurm; the results store's locks keep any run from being trained twice")
+                        "jobs with --cluster slurm (default 1: there every run is a job's); the results store's locks "
+                        "keep any run from being trained twice")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"],
                    help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
                         "e.g. '{\"slurm_partition\": \"gpu\"}'")

@@ -16,7 +16,8 @@ exits: SLURM is then requeuing the job (pre-emption, `scontrol requeue`) or endi
 and requeuing it from inside would undo a `scancel`.
 
 `cse-kit report --workers N` sets CSE_KIT_WORKERS (and CSE_KIT_CLUSTER) for the notebooks it executes; a notebook
-run by hand takes the same variables."""
+run by hand takes the same variables. `--cluster slurm` alone is one worker job: on SLURM every pending run is a
+job's, never trained on the machine that submits."""
 
 from __future__ import annotations
 
@@ -56,6 +57,12 @@ def settings() -> tuple[int, str]:
         raise ValueError(f"{WORKERS_ENV} must be >= 1 and {CLUSTER_ENV} one of {', '.join(CLUSTERS)}; "
                          f"got {workers} and {cluster!r}")
     return workers, cluster
+
+
+def uses_workers(workers: int, cluster: str) -> bool:
+    """Whether pending runs go to worker jobs: on SLURM always (one job at least: a user who named the cluster
+    expects jobs, not training on the machine the report runs on), locally from 2 workers on."""
+    return cluster == "slurm" or workers > 1
 
 
 def executor_params() -> dict:
@@ -186,7 +193,7 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     """Compute the pending tasks with `workers` worker jobs and wait for them. Returns the keys computed. A worker
     that fails is reported (its log named) and its runs are left to the others and then to the caller."""
     pending = [(subject, tuple(evals)) for subject, evals in tasks if not store.has(subject, evals)]
-    if workers <= 1 or len(pending) <= 1:
+    if not pending or (cluster == "local" and (workers <= 1 or len(pending) <= 1)):
         return []
     n = min(workers, len(pending))
     folder = store.root / "jobs"

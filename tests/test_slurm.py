@@ -43,12 +43,30 @@ def test_the_tasks_of_an_srun_step_become_one_process_group_and_nothing_else_doe
         assert env == unchanged
 
 
-def test_the_report_runs_its_pending_runs_as_slurm_jobs_and_equals_a_local_run(slurm, data_dir, tmp_path):
+def test_slurm_without_a_number_of_workers_is_one_job_that_trains_every_pending_run(slurm, data_dir, tmp_path):
+    """--cluster slurm without --workers (CSE_KIT_CLUSTER=slurm alone): one SLURM job trains the pending runs, even
+    a single one; nothing is trained in the submitting process."""
+    store = ResultStore(tmp_path / "results", data_dir)
+    subjects = [build_config("simcse-bert", "smoke", {"seed": seed, "max_steps": 2, "eval_steps": 2})
+                for seed in (1, 2)]
+    for pending in (subjects[:1], subjects):  # one run, then the other one with the first already stored
+        assert parallel.compute_all(store, [(s, ("sts_dev",)) for s in pending], workers=1,
+                                    cluster="slurm", log=lambda *a: None) == [store.key(pending[-1])]
+    logs = sorted((store.root / "jobs").glob("*_log.out"))
+    assert len(logs) == 2 and all(p.name.split("_")[0].isdigit() for p in logs)  # one SLURM job each time
+    text = "".join(p.read_text() for p in logs)
+    assert all(text.count(f"; fresh; output {store.run_dir(store.key(s))}") == 1 for s in subjects)
+
+
+@pytest.mark.parametrize("workers", [pytest.param([], marks=pytest.mark.slow), ["--workers", "2"]],
+                         ids=["no-workers", "2-workers"])
+def test_the_report_runs_its_pending_runs_as_slurm_jobs_and_equals_a_local_run(workers, slurm, data_dir, tmp_path):
     """`cse-kit report --cluster slurm` on a cluster without GPUs, with no extra setting; each run trained once by
-    a SLURM job, the same record as the same run computed here; no poll of the scheduler on the console."""
+    a SLURM job (one job without --workers), the same record as the same run computed here; no poll of the
+    scheduler on the console."""
     results = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
-                           "figure2_cosine", "--workers", "2", "--cluster", "slurm", "--data-dir", str(data_dir),
+                           "figure2_cosine", *workers, "--cluster", "slurm", "--data-dir", str(data_dir),
                            "--results-dir", str(results), "--out", str(tmp_path / "page")],
                           capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"}, timeout=600)
     console = done.stdout + done.stderr
@@ -56,7 +74,7 @@ def test_the_report_runs_its_pending_runs_as_slurm_jobs_and_equals_a_local_run(s
     assert "accounting storage" not in console and "sacct" not in console
     assert (tmp_path / "page" / "index.html").is_file()
     logs = sorted((results / "jobs").glob("*_log.out"))
-    assert len(logs) == 2 and all(p.name.split("_")[0].isdigit() for p in logs)  # two SLURM jobs
+    assert len(logs) == (2 if workers else 1) and all(p.name.split("_")[0].isdigit() for p in logs)  # SLURM jobs
     store, reference = ResultStore(results, data_dir), ResultStore(tmp_path / "reference", data_dir)
     trained = [json.loads(p.read_text()) for p in (results / "records").glob("*.json")]
     assert trained and all(r["subject"]["kind"] == "trained" for r in trained)
