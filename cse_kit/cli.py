@@ -165,6 +165,8 @@ def cmd_train(args) -> int:
     from .experiments import resolve_profile
     from .train import build_config, train
     from .train.launch import join_srun_step
+    from .train.loop import TrainingStopped
+    from .train.preemption import slurm_training
 
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = resolve_profile(args.profile)
@@ -175,11 +177,18 @@ def cmd_train(args) -> int:
               "--profile paper, cpu or smoke to choose)")
     cfg = build_config(args.preset, profile, _train_overrides(args))
     args.run_dir = cfg.output_dir  # named when the run is stopped (main)
-    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    # in a SLURM job SIGTERM and SIGUSR2 stop the run after its current step, at a checkpoint, and it is requeued
+    preemption = slurm_training()
+    if preemption is None:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+    except TrainingStopped as stopped:
+        preemption.leave(f"{stopped}")
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")

@@ -35,6 +35,7 @@ from submitit.helpers import Checkpointable
 
 from .results import Pretrained, ResultStore
 from .train.config import TrainConfig
+from .train.preemption import Preemption
 
 WORKERS_ENV = "CSE_KIT_WORKERS"
 CLUSTER_ENV = "CSE_KIT_CLUSTER"
@@ -122,32 +123,18 @@ class Drain(Checkpointable):
             preemption.leave(f"{stopped}")
 
 
-class _Preemption:
-    """The worker's SIGTERM and SIGUSR2 handler. A signal that arrives while a run trains is deferred to the end of
-    its current step (loop.stop_after_this_step), where the run saves a checkpoint; at any other time (an
-    evaluation, a wait for another worker's run) leaving at once loses nothing."""
+class _Preemption(Preemption):
+    """The worker's SIGTERM and SIGUSR2 handler (train.preemption): a run in training stops after its current step
+    with a checkpoint, Drain catches its TrainingStopped and leaves; at any other time (an evaluation, a wait for
+    another worker's run) it leaves at once."""
 
     def __init__(self):
         from submitit import JobEnvironment
 
         self.cluster = JobEnvironment().cluster
         self.requeue = signal.getsignal(JobEnvironment._usr_sig())  # submitit's checkpoint_and_try_requeue
-        self.signum, self.leaving = None, False
-        for signum in (signal.SIGTERM, JobEnvironment._usr_sig()):
-            signal.signal(signum, self.on_signal)
-
-    def on_signal(self, signum: int, frame) -> None:
-        from .train.loop import stop_after_this_step, train
-
-        if self.leaving:
-            return
-        self.signum = signum
-        while frame is not None and frame.f_code is not train.__code__:
-            frame = frame.f_back
-        if frame is None:
-            self.leave("no run was training")
-        else:  # the run stops after this step: Drain catches its TrainingStopped and leaves
-            stop_after_this_step()
+        self.SIGNALS = (signal.SIGTERM, JobEnvironment._usr_sig())
+        super().__init__()
 
     def leave(self, what: str) -> None:
         self.leaving = True

@@ -3,9 +3,11 @@ jobs, pre-emption and requeue with nothing trained twice, and two processes in o
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -138,3 +140,66 @@ def test_two_cpu_processes_in_one_slurm_allocation_train_what_one_process_trains
     losses = [[json.loads(x)["loss"] for x in (d / "log.jsonl").read_text().splitlines() if '"loss"' in x]
               for d in (one, two)]
     assert len(losses[0]) == 4 and losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+def _curve(run) -> list[dict]:
+    """The run's log: each step's loss and learning rate, each evaluation's scores (without its time)."""
+    curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    for record in curve:
+        record.get("dev", {}).pop("seconds", None)
+    return curve
+
+
+def _logged_steps(run) -> list[int]:
+    log = run / "log.jsonl"
+    lines = log.read_text().splitlines() if log.is_file() else []
+    return [json.loads(line)["step"] for line in lines if '"loss"' in line]
+
+
+@pytest.mark.slow
+def test_srun_two_processes_preempted_by_requeue_and_by_usr2_resume_and_end_bit_identical(slurm, data_dir,
+                                                                                          tmp_path):
+    """`srun --ntasks 2` training, one job: `scontrol requeue` mid-training (SIGTERM to every task), then
+    `scancel --signal=USR2` after it resumed. Each time both processes save the checkpoint of the same step and
+    the job is requeued (by SLURM, then by its first process); it resumes at that step, so every step is trained
+    once, and the run ends bit-identical to an uninterrupted 2-process run."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    train = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
+             str(data_dir), "--no-progress", "--set", "max_examples=2048", "--set", "log_steps=1"]
+    stopped, uninterrupted, output = tmp_path / "stopped", tmp_path / "uninterrupted", tmp_path / "job.log"
+    script = tmp_path / "train.sh"
+    script.write_text(f"#!/bin/bash\nexec srun {sys.executable} {' '.join(train)} --output-dir {stopped}\n")
+    submitted = subprocess.run(["sbatch", "--parsable", "--ntasks=2", "--cpus-per-task=1", "--requeue",
+                                "--open-mode=append", f"--output={output}", str(script)],
+                               env=env, capture_output=True, text=True, check=True)
+    job = submitted.stdout.strip().split(";")[0]
+    reference = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                  "--master_port", "29523", *train, "--output-dir", str(uninterrupted)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait_for(condition, what, timeout=300):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, f"{what} never happened: {output.read_text()}"
+            time.sleep(0.05)
+
+    wait_for(lambda: max(_logged_steps(stopped), default=0) >= 4, "step 4")
+    slurm.client(["scontrol", "requeue", job])
+    wait_for(lambda: "resuming at step" in output.read_text(), "the resume after the requeue")
+    first = int(re.search(r"resuming at step (\d+)", output.read_text())[1])
+    wait_for(lambda: max(_logged_steps(stopped), default=0) >= first + 2, f"step {first + 2}")
+    signalled = slurm.client(["scancel", "--signal=USR2", job])
+    wait_for(lambda: job not in slurm.jobs(), "the job's end", timeout=600)
+    assert reference.wait(timeout=600) == 0, reference.stdout.read()
+    text = output.read_text()
+    stops = [int(s) for s in re.findall(r"stopped after step (\d+) of", text)]
+    resumes = [int(s) for s in re.findall(r"resuming at step (\d+)", text)]
+    assert "cse-kit: SIGTERM: " in text and "cse-kit: SIGUSR2: " in text and f"requeued job {job}" in text, \
+        (signalled, text)
+    assert len(stops) == 2 and resumes == stops and 4 <= stops[0] < stops[1], text  # each step trained once
+    assert text.count("; fresh; output") == 1, text
+    summary = json.loads((stopped / "summary.json").read_text())
+    assert summary["processes"] == 2 and _logged_steps(stopped) == list(range(1, summary["steps"] + 1))
+    assert _curve(stopped) == _curve(uninterrupted)
+    weights = "model/model.safetensors"
+    assert (stopped / weights).read_bytes() == (uninterrupted / weights).read_bytes()
