@@ -138,12 +138,13 @@ class _Preemption(Preemption):
 
     def leave(self, what: str) -> None:
         self.leaving = True
-        name = signal.Signals(self.signum).name
-        if self.signum == signal.SIGTERM and self.cluster == "slurm":
+        signum = self.stopped_by
+        name = signal.Signals(signum).name
+        if signum == signal.SIGTERM and self.cluster == "slurm":
             print(f"{name}: {what}; SLURM requeues this job or ends it", file=sys.stderr, flush=True)
             sys.exit(-1)
         print(f"{name}: {what}; requeuing", file=sys.stderr, flush=True)
-        self.requeue(self.signum, None)  # checkpoint() resubmits the call, requeues (locally: restarts), exits
+        self.requeue(signum, None)  # checkpoint() resubmits the call, requeues (locally: restarts), exits
 
 
 def job_resources(tasks: list[Task]) -> dict:

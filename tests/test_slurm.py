@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from cse_kit import parallel
@@ -150,6 +151,14 @@ def _curve(run) -> list[dict]:
     return curve
 
 
+def _is_task(process, run, rank: str) -> bool:
+    """Whether process is task `rank` of the srun step training into run."""
+    try:
+        return str(run) in process.cmdline() and process.environ().get("SLURM_PROCID") == rank
+    except psutil.Error:
+        return False
+
+
 def _logged_steps(run) -> list[int]:
     log = run / "log.jsonl"
     lines = log.read_text().splitlines() if log.is_file() else []
@@ -160,9 +169,10 @@ def _logged_steps(run) -> list[int]:
 def test_srun_two_processes_preempted_by_requeue_and_by_usr2_resume_and_end_bit_identical(slurm, data_dir,
                                                                                           tmp_path):
     """`srun --ntasks 2` training, one job: `scontrol requeue` mid-training (SIGTERM to every task), then
-    `scancel --signal=USR2` after it resumed. Each time both processes save the checkpoint of the same step and
-    the job is requeued (by SLURM, then by its first process); it resumes at that step, so every step is trained
-    once, and the run ends bit-identical to an uninterrupted 2-process run."""
+    `scancel --signal=USR2` after it resumed; each time both processes save the checkpoint of the same step and the
+    job is requeued (by SLURM, then by its first process). Then a plain SIGTERM to the second process alone: both
+    stop after the same step and the job ends (SLURM did not ask), and the same script submitted again resumes
+    there. Every step is trained once, and the run ends bit-identical to an uninterrupted 2-process run."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     train = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
              str(data_dir), "--no-progress", "--set", "max_examples=2048", "--set", "log_steps=1"]
@@ -189,14 +199,22 @@ def test_srun_two_processes_preempted_by_requeue_and_by_usr2_resume_and_end_bit_
     first = int(re.search(r"resuming at step (\d+)", output.read_text())[1])
     wait_for(lambda: max(_logged_steps(stopped), default=0) >= first + 2, f"step {first + 2}")
     signalled = slurm.client(["scancel", "--signal=USR2", job])
+    wait_for(lambda: output.read_text().count("resuming at step") == 2, "the resume after SIGUSR2")
+    second = int(re.findall(r"resuming at step (\d+)", output.read_text())[1])
+    wait_for(lambda: max(_logged_steps(stopped), default=0) >= second + 2, f"step {second + 2}")
+    [rank_1] = [p for p in psutil.process_iter() if _is_task(p, stopped, "1")]
+    rank_1.terminate()
     wait_for(lambda: job not in slurm.jobs(), "the job's end", timeout=600)
+    stopped_text = output.read_text()
+    subprocess.run(["sbatch", "--wait", "--ntasks=2", "--cpus-per-task=1", "--open-mode=append",
+                    f"--output={output}", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert reference.wait(timeout=600) == 0, reference.stdout.read()
     text = output.read_text()
     stops = [int(s) for s in re.findall(r"stopped after step (\d+) of", text)]
     resumes = [int(s) for s in re.findall(r"resuming at step (\d+)", text)]
-    assert "cse-kit: SIGTERM: " in text and "cse-kit: SIGUSR2: " in text and f"requeued job {job}" in text, \
-        (signalled, text)
-    assert len(stops) == 2 and resumes == stops and 4 <= stops[0] < stops[1], text  # each step trained once
+    assert "cse-kit: SIGUSR2: " in text and f"requeued job {job}" in text, (signalled, text)
+    assert stopped_text.count("cse-kit: SIGTERM: ") == 2, stopped_text  # scontrol requeue's, then the plain one
+    assert len(stops) == 3 and resumes == stops and 4 <= stops[0] < stops[1] < stops[2], text  # each step once
     assert text.count("; fresh; output") == 1, text
     summary = json.loads((stopped / "summary.json").read_text())
     assert summary["processes"] == 2 and _logged_steps(stopped) == list(range(1, summary["steps"] + 1))

@@ -17,19 +17,21 @@ import signal
 import subprocess
 import sys
 
-_stop_asked: list[bool] = []
+_stop_asked: list[int] = []  # the signals received since the last vote
+_stopped_by: list[int] = []  # the signal the processes stopped for
 
 
-def stop_after_this_step() -> None:
-    """Ask the running training loop to save a checkpoint after its current step and raise TrainingStopped. It only
-    records the request, so a signal handler may call it."""
-    _stop_asked.append(True)
+def stop_after_this_step(signum: int) -> None:
+    """Ask the running training loop to save a checkpoint after its current step and raise TrainingStopped, for
+    signal signum. It only records the request, so a signal handler may call it."""
+    _stop_asked.append(signum)
 
 
 class StopVote:
     """Whether every process of a run stops after this step: any one asked (stop_after_this_step). One all-reduce
     of one number per step, on a gloo (CPU) group, so a GPU run is not made to wait for its device each step; one
-    process decides alone."""
+    process decides alone. The number is the highest signal asked for: SIGTERM (SLURM ends or requeues the job)
+    outranks SIGUSR2 (the job requeues itself), whichever process received which."""
 
     def __init__(self, num_processes: int):
         self.group = None
@@ -43,12 +45,14 @@ class StopVote:
     def agreed(self) -> bool:
         import torch
 
-        asked = torch.tensor([len(_stop_asked)])
+        asked = torch.tensor([max(_stop_asked, default=0)])
         if self.distributed:
             import torch.distributed as dist
 
-            dist.all_reduce(asked, group=self.group)
+            dist.all_reduce(asked, op=dist.ReduceOp.MAX, group=self.group)
         _stop_asked.clear()
+        if asked.item():
+            _stopped_by.append(int(asked.item()))
         return bool(asked.item())
 
 
@@ -78,9 +82,15 @@ class Preemption:
             return
         self.signum = self.signum or signum
         if _training(frame):
-            stop_after_this_step()
+            stop_after_this_step(signum)
         else:
             self.leave("no run was training")
+
+    @property
+    def stopped_by(self) -> int:
+        """The signal the run stopped for, agreed by its processes (another one may have received it), else the
+        one this process received."""
+        return _stopped_by[-1] if _stopped_by else self.signum
 
     def leave(self, what: str):
         raise NotImplementedError
@@ -100,14 +110,14 @@ class SlurmTraining(Preemption):
 
     def leave(self, what: str):
         self.leaving = True
-        name = signal.Signals(self.signum).name
-        if self.signum == signal.SIGUSR2:
+        signum = self.stopped_by
+        if signum == signal.SIGUSR2:
             then = self._requeue() if self.main else "the first process requeues the job"
         else:
             then = "SLURM requeues this job or ends it"
         if self.main:
-            print(f"cse-kit: {name}: {what}; {then}", file=sys.stderr, flush=True)
-        sys.exit(128 + self.signum)
+            print(f"cse-kit: {signal.Signals(signum).name}: {what}; {then}", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
 
     def _requeue(self) -> str:
         done = subprocess.run(["scontrol", "requeue", self.job], capture_output=True, text=True)
