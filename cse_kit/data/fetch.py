@@ -82,9 +82,11 @@ def _check_tail(stream) -> None:
 
 
 #: Why tarfile's "data" filter refuses a member (tarfile.FilterError's subclasses).
-_UNSAFE = {"AbsolutePathError": "an absolute path", "OutsideDestinationError": "it would land outside the data "
-           "directory", "AbsoluteLinkError": "a link to an absolute path", "LinkOutsideDestinationError": "a link "
-           "out of the data directory", "SpecialFileError": "a device or other special file"}
+_UNSAFE = {tarfile.AbsolutePathError: "an absolute path",
+           tarfile.OutsideDestinationError: "it would land outside the data directory",
+           tarfile.AbsoluteLinkError: "a link to an absolute path",
+           tarfile.LinkOutsideDestinationError: "a link out of the data directory",
+           tarfile.SpecialFileError: "a device or other special file"}
 
 
 def unpack(archive: Path, dest: Path) -> None:
@@ -106,7 +108,7 @@ def unpack(archive: Path, dest: Path) -> None:
         else:
             shutil.copy2(archive, dest / name)
     except tarfile.FilterError as e:  # before TarError, its base: the archive is whole, one member is refused
-        raise DataError(f"{archive} holds an unsafe path, member {e.tarinfo.name!r}: {_UNSAFE[type(e).__name__]}; "
+        raise DataError(f"{archive} holds an unsafe path, member {e.tarinfo.name!r}: {_UNSAFE[type(e)]}; "
                         "nothing was placed. Use the archive from the dataset's own source, or unpack it yourself "
                         "and import the folder.") from None
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, gzip.BadGzipFile) as e:

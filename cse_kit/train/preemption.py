@@ -45,12 +45,13 @@ class StopVote:
     def agreed(self) -> bool:
         import torch
 
-        asked = torch.tensor([max(_stop_asked, default=0)])
+        n = len(_stop_asked)  # a signal handled from here on (after the all-reduce, at the latest) counts next time
+        asked = torch.tensor([max(_stop_asked[:n], default=0)])
+        del _stop_asked[:n]
         if self.distributed:
             import torch.distributed as dist
 
             dist.all_reduce(asked, op=dist.ReduceOp.MAX, group=self.group)
-        _stop_asked.clear()
         if asked.item():
             _stopped_by.append(int(asked.item()))
         return bool(asked.item())
@@ -67,8 +68,9 @@ def _training(frame) -> bool:
 
 class Preemption:
     """The SIGTERM and SIGUSR2 handler: while a run trains, it stops after its current step (the caller catches
-    loop.TrainingStopped and calls leave); at any other time leave() at once. The first signal decides what leave
-    does; later ones (SLURM's SIGTERM after a requeue asked from inside) change nothing."""
+    loop.TrainingStopped and calls leave); at any other time leave() at once. leave acts on the signal the run's
+    processes agreed on (stopped_by); a signal after leaving (SLURM's SIGTERM after a requeue asked from inside)
+    changes nothing."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 
