@@ -32,7 +32,7 @@ from cse_kit.eval import DevEvaluator
 from cse_kit.models import resolve_reference
 from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
-from cse_kit.prompt import Template
+from cse_kit.eval.prompt import Template
 from cse_kit.train.loop import load_encoder
 
 

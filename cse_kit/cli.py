@@ -90,7 +90,7 @@ def cmd_eval(args) -> int:
     from .train.export import max_length_of, prompt_reading_of
 
     if args.benchmark == "mteb":
-        from .mteb_eval import resolve_tasks
+        from .eval.mteb_eval import resolve_tasks
 
         tasks = resolve_tasks(args.tasks)
     else:
@@ -122,7 +122,7 @@ def _eval_mteb(args, encoder, tasks) -> int:
     """MTEB through the mteb package, into the results store: a model this store trained adds to its run's record,
     any other to the record of (model, pooler)."""
     from .io import write_json_atomic
-    from .mteb_eval import format_table, version
+    from .eval.mteb_eval import format_table, version
     from .results import Pretrained, ResultStore
 
     store = ResultStore(args.results_dir, args.data_dir)
@@ -195,7 +195,7 @@ def _train_overrides(args) -> list[str]:
 
 
 def cmd_fit_mlm_head(args) -> int:
-    from .mlm_head import fit_mlm_head
+    from .methods.mlm_head import fit_mlm_head
     from .models import FITTED_MLM, fitted_mlm_dir
 
     names = {base: name for name, base in FITTED_MLM.items()}
@@ -310,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "through the mteb package (pip install -e '.[mteb]'), results into the results store")
     p.add_argument("--tasks", help="SentEval: sts, transfer, all, or comma-separated names (default sts). MTEB: "
                                    "comma-separated task or benchmark names; default: a CPU selection of 12 English "
-                                   "tasks (cse_kit.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English benchmark")
+                                   "tasks (cse_kit.eval.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English benchmark")
     p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
                    help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
                         "transfer config (kfold 5, rmsprop); dev: dev numbers, fast config")

@@ -297,8 +297,8 @@ def columns(gold_scores: dict[str, np.ndarray], transfer: str | None):
 
 def evaluate_mteb(found: dict[str, list[dict]], store, spec: str) -> None:
     """Every run of found (experiments.records) evaluated on the MTEB tasks of spec (names, benchmark names or
-    `default`: cse_kit.mteb_eval.resolve_tasks) into its record; tasks a record has are reused."""
-    from .mteb_eval import resolve_tasks
+    `default`: cse_kit.eval.mteb_eval.resolve_tasks) into its record; tasks a record has are reused."""
+    from .eval.mteb_eval import resolve_tasks
 
     tasks = resolve_tasks(spec)
     for record in {r["key"]: r for records in found.values() for r in records}.values():

@@ -25,6 +25,7 @@ from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from .comparison import TITLE as COMPARISON_TITLE
 from .data import resolve_data_dir
+from .environment import source_digest
 from .experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV, resolve_profile
 from .io import write_json_atomic, write_text_atomic
 from .paper import artefacts, paper_spec
@@ -32,7 +33,7 @@ from .papers import PAPERS, all_notebooks, paper_key, paper_module
 from .papers import notebooks as paper_notebooks
 from .render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text, values_html,
                      within_tolerance)
-from .results import default_results_dir, source_digest
+from .results import default_results_dir
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)

@@ -26,13 +26,15 @@ from pathlib import Path
 from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
 from .data.loaders import md5_file
 from .data.registry import BUILT_SOURCES
-from .environment import describe
+from .environment import PACKAGE, describe, source_digest
 from .io import acquire_or_wait, holder_lock, write_json_atomic
 from .train.config import TrainConfig
 
-PACKAGE = Path(__file__).resolve().parent
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
-RESULT_CODE = ("methods", "train", "eval", "data", "models.py", "mlm_head.py")
+RESULT_CODE = ("methods", "train", "eval", "data", "models")
+#: ... but for the MTEB wrapper: it changes no SentEval number, and each MTEB result carries its own digest
+#: (cse_kit.eval.mteb_eval.WRAPPER_DIGEST)
+OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py",)
 #: Config fields that say where things are, not what is computed.
 LOCATIONS = ("output_dir", "data_dir")
 
@@ -46,20 +48,9 @@ class Pretrained:
     profile: str | None = None
 
 
-def source_digest(parts=(".",)) -> str:
-    """Digest of the package's Python sources under parts (folders or files, relative to the package)."""
-    digest = hashlib.sha256()
-    for part in parts:
-        root = PACKAGE / part
-        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
-            digest.update(str(path.relative_to(PACKAGE)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 @lru_cache(maxsize=1)  # once per process: the code a process runs is what it imported at start
 def code_version() -> str:
-    return source_digest(RESULT_CODE)
+    return source_digest(RESULT_CODE, OUTSIDE_RESULT_CODE)
 
 
 @lru_cache(maxsize=1)
@@ -238,11 +229,11 @@ class ResultStore:
 
     def get_mteb(self, target, tasks: list, *, encoder=None, force: bool = False) -> tuple[dict, list[str]]:
         """The record of target (a subject, or the key of a record in this store) with an MTEB result for every task
-        (mteb tasks: cse_kit.mteb_eval.resolve_tasks) in its metrics' `mteb`, by task name. A stored result of the
+        (mteb tasks: cse_kit.eval.mteb_eval.resolve_tasks) in its metrics' `mteb`, by task name. A stored result of the
         same mteb version, data revision, wrapper and encoding is reused unless force; the others run one task at a
         time through mteb, the record written after each (an interrupted run keeps the tasks it finished). encoder:
         the record's model ready to encode (default: ResultStore.encoder). Returns (record, the names reused)."""
-        from .mteb_eval import KitEncoder, check_data, evaluate_task, is_current
+        from .eval.mteb_eval import evaluate_tasks
 
         key = target if isinstance(target, str) else self.key(target)
         with self.lock(key):
@@ -253,15 +244,14 @@ class ResultStore:
             if encoder.pooler != record["pooler"]:
                 raise ValueError(f"record {key} was evaluated with pooler {record['pooler']}, not {encoder.pooler}: "
                                  "leave --pooler out")
-            stored = record["metrics"].get("mteb", {})
-            todo = [t for t in tasks if force or not is_current(stored.get(t.metadata.name), t, encoder)]
-            check_data(todo)
-            model = KitEncoder(encoder, record["model_dir"]) if todo else None
-            for task in todo:
-                record["metrics"].setdefault("mteb", {})[task.metadata.name] = evaluate_task(model, task)
+            evaluated = []
+            for name, result in evaluate_tasks(encoder, record["model_dir"], tasks, record["metrics"].get("mteb", {}),
+                                               force=force):
+                record["metrics"].setdefault("mteb", {})[name] = result
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
-        return record, [t.metadata.name for t in tasks if t not in todo]
+                evaluated.append(name)
+        return record, [t.metadata.name for t in tasks if t.metadata.name not in evaluated]
 
     def _write(self, record: dict) -> None:
         unverified = unverified_reads()

@@ -11,7 +11,7 @@ import torch
 from cse_kit.eval.encode import Encoder, pad_ids
 from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, rewrap
 from cse_kit.models import build_smoke_model, load_model
-from cse_kit.prompt import Template, first_position, mask_states
+from cse_kit.eval.prompt import Template, first_position, mask_states
 from cse_kit.train import PRESETS, build_config, train
 from cse_kit.train.export import prompt_reading_of
 
@@ -147,7 +147,7 @@ def test_official_code_run_selects_on_the_dev_vector_and_exports_the_test_readin
     template, no period, denoised, through the MLP), which the test reading does not reproduce (RoBERTa's text fill
     gives the sentence's first word a leading-space piece)."""
     from cse_kit.eval.dev import DevEvaluator
-    from cse_kit.prompt import PromptReading
+    from cse_kit.eval.prompt import PromptReading
 
     cfg = build_config("promptroberta-sup-roberta", "smoke", {"output_dir": str(tmp_path / "run"),
                                                               "data_dir": str(data_dir),

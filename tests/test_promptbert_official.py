@@ -1,4 +1,4 @@
-"""PromptBERT's objective in the kit (cse_kit/methods/promptbert.py, cse_kit/prompt.py) against an independent float64
+"""PromptBERT's objective in the kit (cse_kit/methods/promptbert.py, cse_kit/eval/prompt.py) against an independent float64
 restatement of the official code (kongds/Prompt-BERT@690ba6ef3a1d954c24d9a992ff8e339816866a05), on identical weights.
 
 Restated here, without calling the kit:
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from cse_kit.eval.encode import Encoder, pad_ids
 from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, first_position, rewrap
 from cse_kit.models import build_smoke_model
-from cse_kit.prompt import PromptReading, Template
+from cse_kit.eval.prompt import PromptReading, Template
 
 from conftest import rerandomize
 

@@ -2,7 +2,7 @@
 discriminator, heads); `.encoder` is the plain Hugging Face model that gets exported."""
 
 from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
-from ..masking import mlm_corrupt
+from .masking import mlm_corrupt
 from .consert import ConSERT
 from .diffaug import DiffAug
 from .diffcse import DiffCSE

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..augmentation import HoulsbyAdapters
 from ..io import atomic_dir, write_json_atomic
 from ..models import quiet_transformers
-from ..prefix import PrefixedEncoder
-from ..prompt import PromptReading, build_prompt_head
+from ..models.adapters import HoulsbyAdapters
+from ..models.prefix import PrefixedEncoder
+from ..eval.prompt import PROMPT_HEADS, PromptReading
 
 METADATA = "cse_kit.json"
-PROMPT_HEAD = "prompt_head.safetensors"  # the trained head a PromptReading applies (cse_kit.prompt.PROMPT_HEADS)
+PROMPT_HEAD = "prompt_head.safetensors"  # the trained head a PromptReading applies (cse_kit.eval.prompt.PROMPT_HEADS)
 #: kit pooler -> sentence-transformers Pooling mode that computes the same vector
 ST_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
 
@@ -70,6 +70,19 @@ def prompt_reading_of(model_dir) -> PromptReading | None:
         head.load_state_dict(load_file(str(path)))
         head.eval()
     return PromptReading(**settings, head=head, head_kind=kind)
+
+
+def build_prompt_head(kind: str, config) -> nn.Module:
+    """A freshly made head of `kind` (PROMPT_HEADS) for an encoder of `config`, to load saved weights into."""
+    if kind == "mlm_transform":
+        from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
+
+        return BertPredictionHeadTransform(config)
+    if kind == "mlp":
+        from ..methods.contrastive import MLPProjector
+
+        return MLPProjector(config.hidden_size)
+    raise ValueError(f"unknown prompt head {kind!r}; choose one of: {', '.join(PROMPT_HEADS)}")
 
 
 def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) -> Path:

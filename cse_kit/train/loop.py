@@ -32,7 +32,7 @@ from ..io import (
     write_tensors_atomic, write_text_atomic, writing,
 )
 from ..models import load_model
-from ..prompt import Template
+from ..eval.prompt import Template
 from .config import TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
