@@ -219,22 +219,22 @@ def cmd_export_st(args) -> int:
 def cmd_report(args) -> int:
     import time
 
-    from .checkout import check_notebooks
-    from .stopping import stopping_together
+    from .report import build
+    from .report.checkout import check_notebooks
+    from .report.stopping import stopping_together
 
     if args.list:
         return cmd_status(args)
-    check_notebooks()  # before the heavy imports: a plain `pip install .` is refused at once
-    from .report import build
+    check_notebooks()  # a plain `pip install .` is refused before anything runs
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
+    if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.results.parallel)
         import os
 
-        from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params
+        from .results.parallel import CLUSTER_ENV, WORKERS_ENV, executor_params
 
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster

@@ -15,7 +15,7 @@ from mteb.abstasks.sts import AbsTaskSTS
 
 from cse_kit import cli
 from cse_kit.eval import mteb_eval
-from cse_kit import comparison as cmp
+from cse_kit.papers import comparison as cmp
 from cse_kit.models.adapters import AdaptedEncoder, HoulsbyAdapters
 from cse_kit.data import load_classification, load_sts
 from cse_kit.eval import Encoder

@@ -23,18 +23,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
-from .data.loaders import md5_file
-from .data.registry import BUILT_SOURCES
-from .environment import PACKAGE, describe, source_digest
-from .io import acquire_or_wait, holder_lock, write_json_atomic
-from .train.config import TrainConfig
+from ..data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
+from ..data.loaders import md5_file
+from ..data.registry import BUILT_SOURCES
+from ..environment import PACKAGE, describe, source_digest
+from ..io import acquire_or_wait, holder_lock, write_json_atomic
+from ..train.config import TrainConfig
 
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
 RESULT_CODE = ("methods", "train", "eval", "data", "models")
-#: ... but for the MTEB wrapper: it changes no SentEval number, and each MTEB result carries its own digest
-#: (cse_kit.eval.mteb_eval.WRAPPER_DIGEST)
-OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py",)
+#: ... but for the MTEB wrapper (it changes no SentEval number; each MTEB result carries its own digest,
+#: cse_kit.eval.mteb_eval.WRAPPER_DIGEST) and the reader of the papers' published numbers
+OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py", "data/published.py")
 #: Config fields that say where things are, not what is computed.
 LOCATIONS = ("output_dir", "data_dir")
 
@@ -233,7 +233,7 @@ class ResultStore:
         same mteb version, data revision, wrapper and encoding is reused unless force; the others run one task at a
         time through mteb, the record written after each (an interrupted run keeps the tasks it finished). encoder:
         the record's model ready to encode (default: ResultStore.encoder). Returns (record, the names reused)."""
-        from .eval.mteb_eval import evaluate_tasks
+        from ..eval.mteb_eval import evaluate_tasks
 
         key = target if isinstance(target, str) else self.key(target)
         with self.lock(key):
@@ -293,7 +293,7 @@ class ResultStore:
         return record
 
     def _train(self, key: str, cfg: TrainConfig) -> dict:
-        from .train.loop import train
+        from ..train.loop import train
 
         run = self.run_dir(key)
         cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
@@ -308,9 +308,9 @@ class ResultStore:
 
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
-        from .eval.encode import Encoder
-        from .train.export import max_length_of, prompt_reading_of
-        from .train.loop import load_encoder
+        from ..eval.encode import Encoder
+        from ..train.export import max_length_of, prompt_reading_of
+        from ..train.loop import load_encoder
 
         model_dir = record["model_dir"]
         if record["subject"]["kind"] == "trained":  # under this store's root, wherever the store was trained
@@ -328,14 +328,14 @@ def evaluation_sample(profile: str | None, kind: str) -> int | None:
     "transfer_sample" records per transfer split, "sts_sample" STS test pairs per subset. Only the smoke profile
     samples: it checks the pipeline, and its tiny models would otherwise spend most of a smoke report encoding the
     108k transfer sentences (and fitting classifiers on them) and the 27k STS test sentences."""
-    from .train.presets import PROFILES
+    from ..train.presets import PROFILES
 
     return PROFILES.get(profile, {}).get("report", {}).get(kind)
 
 
 def _sts(mode: str):
     def run(encoder, data_dir, profile):
-        from .eval.runner import evaluate
+        from ..eval.runner import evaluate
 
         if mode != "test":  # STS-B and SICK-R dev whole: what the training's dev evaluation selects on
             return evaluate(encoder, ("STSBenchmark", "SICKRelatedness"), mode, data_dir)["sts"]
@@ -347,7 +347,7 @@ def _sts(mode: str):
 
 def _transfer(mode: str):
     def run(encoder, data_dir, profile):
-        from .eval.runner import evaluate
+        from ..eval.runner import evaluate
 
         sample = evaluation_sample(profile, "transfer_sample")
         result = evaluate(encoder, "transfer", mode, data_dir, transfer_sample=sample)["transfer"]
@@ -356,9 +356,9 @@ def _transfer(mode: str):
 
 
 def _geometry(encoder, data_dir, profile) -> dict:
-    from .data import load_sts
-    from .eval.geometry import align_uniform, nearest, retrieval_recall, similarity_by_gold_bin
-    from .paper import paper_examples
+    from ..data import load_sts
+    from ..eval.geometry import align_uniform, nearest, retrieval_recall, similarity_by_gold_bin
+    from ..data.published import paper_examples
 
     queries = paper_examples(9)["queries"]
     pool = list(dict.fromkeys(s for p in load_sts("STSBenchmark", "test", data_dir) for s in (p.sent1, p.sent2)))
@@ -368,20 +368,20 @@ def _geometry(encoder, data_dir, profile) -> dict:
 
 
 def _sts_pairs(encoder, data_dir, profile) -> dict:
-    from .eval.sts import test_similarities
+    from ..eval.sts import test_similarities
 
     return test_similarities(encoder, data_dir)
 
 
 def _geometry_sts_filter(encoder, data_dir, profile) -> dict:
-    from .eval.geometry import sts_filter_align_uniform
+    from ..eval.geometry import sts_filter_align_uniform
 
     return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
 
 
 #: name -> fn(encoder, data_dir, the subject's profile) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
 #: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions); `sts_pairs`: every STS test
-#: pair's cosine, for the paired bootstrap of cse_kit.comparison
+#: pair's cosine, for the paired bootstrap of cse_kit.papers.comparison
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
                "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry,
                "geometry_sts_filter": _geometry_sts_filter, "sts_pairs": _sts_pairs}

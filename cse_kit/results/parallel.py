@@ -32,8 +32,8 @@ from pathlib import Path
 from filelock import Timeout
 from submitit.helpers import Checkpointable
 
-from .results import Pretrained, ResultStore
-from .train.config import TrainConfig
+from ..train.config import TrainConfig
+from . import Pretrained, ResultStore
 
 WORKERS_ENV = "CSE_KIT_WORKERS"
 CLUSTER_ENV = "CSE_KIT_CLUSTER"
@@ -106,7 +106,7 @@ class Drain(Checkpointable):
     and requeues the job; _Preemption decides when."""
 
     def __call__(self, results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
-        from .train.loop import TrainingStopped
+        from ..train.loop import TrainingStopped
 
         preemption = _Preemption()
         try:
@@ -130,7 +130,7 @@ class _Preemption:
             signal.signal(signum, self.on_signal)
 
     def on_signal(self, signum: int, frame) -> None:
-        from .train.loop import stop_after_this_step, train
+        from ..train.loop import stop_after_this_step, train
 
         if self.leaving:
             return
