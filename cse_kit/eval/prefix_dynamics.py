@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from ..io import write_json_atomic
-from .encode import pad_ids
 from ..models.prefix import encode_with_prefix, prefix_half_mask
+from .encode import pad_ids
 from .prompt import Template, mask_states
 
 #: The run's folder of stage-1 snapshots, and the cache of their measures inside it.

@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..eval.prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
 from ..models.adapters import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, lora_view, lora_weights,
                             merged_lora_average)
 from ..models.prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
-from ..eval.prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
 from .semi import nli_cross_entropy
 

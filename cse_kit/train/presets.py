@@ -7,9 +7,9 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 from __future__ import annotations
 
 from ..data.registry import STS_TEXTS
+from ..eval.prompt import PROMPTBERT_BERT
 from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
-from ..eval.prompt import PROMPTBERT_BERT
 from .config import OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
 from .optim import OPTIMIZERS
 
