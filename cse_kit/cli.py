@@ -87,7 +87,7 @@ def cmd_eval(args) -> int:
     from .eval.encode import PROMPT_POOLERS
     from .io import write_json_atomic
     from .models import load_model, resolve_reference
-    from .train.export import max_length_of, prompt_reading_of
+    from .train.export import ExportSettings
 
     if args.benchmark == "mteb":
         from .eval.mteb_eval import resolve_tasks
@@ -96,12 +96,13 @@ def cmd_eval(args) -> int:
     else:
         tasks = parse_tasks(args.tasks or "sts")  # fail on a typo before loading anything
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
-    pooler = args.pooler or _pooler_of(args.model)
+    stated = ExportSettings(args.model)
+    pooler = args.pooler or _pooler_of(args.model, stated)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
-    reading = args.template or prompt_reading_of(args.model)
+    reading = args.template or stated.prompt
     if reading and not args.template and pooler in PROMPT_POOLERS:
         print(f"prompt reading {reading.describe()} (from {args.model}/cse_kit.json)")
-    max_length = args.max_length or max_length_of(args.model)
+    max_length = args.max_length or stated.max_length
     if max_length and not args.max_length:
         print(f"sentences cut at {max_length} tokens (from {args.model}/cse_kit.json; --max-length to change)")
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
@@ -141,18 +142,16 @@ def _eval_mteb(args, encoder, tasks) -> int:
     return 0
 
 
-def _pooler_of(model: str) -> str:
-    """The pooler a kit-trained model was exported with, or the one a released checkpoint of the papers must be
-    evaluated with (cse_kit/papers/released.json); other models must say it."""
-    from pathlib import Path
-
+def _pooler_of(model: str, stated=None) -> str:
+    """The pooler a kit-trained model was exported with (stated: its ExportSettings), or the one a released
+    checkpoint of the papers must be evaluated with (cse_kit/papers/released.json); other models must say it."""
     from .papers.released import lookup
-    from .train.export import read_metadata
+    from .train.export import ExportSettings
 
-    meta = read_metadata(model) if Path(model).is_dir() else None
-    if meta and "pooler" in meta:
-        print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
-        return meta["pooler"]
+    stated = stated or ExportSettings(model)
+    if stated.pooler:
+        print(f"pooler {stated.pooler} (from {model}/cse_kit.json)")
+        return stated.pooler
     entry = lookup(model)
     if entry:
         print(f"pooler {entry['pooler']} (released checkpoint of {entry['paper']}; source: {entry['source']})")

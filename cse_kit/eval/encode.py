@@ -129,7 +129,7 @@ class Encoder:
 
     The prompt poolers read `template`: a template text (filled with text, denoised from position 0, no head: the
     official evaluation.py's defaults) or a PromptReading (cse_kit.eval.prompt), as a kit-trained model's cse_kit.json
-    states it (cse_kit.train.export.prompt_reading_of)."""
+    states it (cse_kit.train.export.ExportSettings)."""
 
     def __init__(self, model, tokenizer, pooler: str, *, batch_size: int = 128, max_tokens: int | None = None,
                  max_length: int | None = None, device: str | torch.device | None = None, amp: bool = False,

@@ -21,19 +21,19 @@ from pathlib import Path
 import pandas as pd
 from traitlets.config import Config
 
-from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
 from ..environment import source_digest
 from ..experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV, resolve_profile
+from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
+                                  values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
 from ..papers import PAPERS, all_notebooks, paper_key, paper_module
 from ..papers import notebooks as paper_notebooks
 from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
-from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text, values_html,
-                     within_tolerance)
 from ..results import default_results_dir
+from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
@@ -535,9 +535,9 @@ def longest_first(names: list[str], profile: str) -> list[str]:
 
 
 def default_jobs(profile: str) -> int:
-    """Notebooks at once unless told: a smoke run's tiny models keep at most one core busy, so up to 4 (on a 2-core
-    CPU, 2 brought the smoke report from 15 min 45 s to 8 min 4 s); cpu and paper training use every core or the
-    GPU: one."""
+    """Notebooks at once unless told: a smoke run's tiny models keep at most one core busy, so one per core up to 4
+    (what that makes of the smoke report's time: docs/notebooks.md, measured by bench/report_speed.py); cpu and
+    paper training use every core or the GPU: one."""
     return max(1, min(4, os.cpu_count() or 1)) if profile == "smoke" else 1
 
 

@@ -309,7 +309,7 @@ class ResultStore:
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from ..eval.encode import Encoder
-        from ..train.export import max_length_of, prompt_reading_of
+        from ..train.export import ExportSettings
         from ..train.loop import load_encoder
 
         model_dir = record["model_dir"]
@@ -319,8 +319,9 @@ class ResultStore:
                 raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({model_dir}); "
                                         "rerun with force=True to retrain it")
         tokenizer, model = load_encoder(model_dir)
-        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=prompt_reading_of(model_dir),
-                       max_length=max_length_of(model_dir))
+        stated = ExportSettings(model_dir)
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=stated.prompt,
+                       max_length=stated.max_length)
 
 
 def evaluation_sample(profile: str | None, kind: str) -> int | None:
