@@ -40,6 +40,7 @@ from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, 
 from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
+from .preemption import StopVote
 from .presets import official_run, precision_words
 
 
@@ -52,19 +53,8 @@ class RunStateError(ValueError):
 
 
 class TrainingStopped(Exception):
-    """stop_after_this_step was called (a pre-empted worker job): the run saved a checkpoint and stopped; training
-    it again resumes there."""
-
-
-_stop_asked: list[bool] = []
-
-
-def stop_after_this_step() -> None:
-    """Ask the running training loop to save a checkpoint after its current step and raise TrainingStopped. It only
-    records the request, so a signal handler may call it: the loop acts between two steps, where the model, the
-    optimizers and the random states are consistent. For a run in one process (the parallel runner's workers):
-    across processes, each would have to ask at the same step."""
-    _stop_asked.append(True)
+    """A process of the run asked to stop (preemption.stop_after_this_step: a pre-empted job): every process saved
+    the checkpoint of the same step and stopped; training it again resumes there."""
 
 
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
@@ -454,9 +444,11 @@ class _Training:
                 announce(official)
 
     def train_steps(self, progress: _Progress) -> None:
-        """Step until the last step, an early stop, or a stop asked for (TrainingStopped): after each step its
-        losses logged, DiffAug's stage-1 states saved, the dev evaluation run and a checkpoint written, where due."""
+        """Step until the last step, an early stop, or a stop the run's processes agree on (TrainingStopped): after
+        each step its losses logged, DiffAug's stage-1 states saved, the dev evaluation run and a checkpoint
+        written, where due."""
         self.objective.train()
+        stop_vote = StopVote(self.accelerator.num_processes)
         while self.state["step"] < self.total:
             stage, out, loss = self.optimizer_step()
             step = self.state["step"]
@@ -473,7 +465,7 @@ class _Training:
                 progress.show(float(loss.detach()), self.evaluate(step))
             if self.checkpoint_after(step):
                 break
-            self.stop_if_asked(step)
+            self.stop_if_agreed(step, stop_vote)
             self.objective.train()
         progress.close()
 
@@ -644,11 +636,11 @@ class _Training:
         accelerator.wait_for_everyone()
         self.state["seconds"]["checkpoint"] += time.perf_counter() - t
 
-    def stop_if_asked(self, step: int) -> None:
-        """Pre-emption (stop_after_this_step): a checkpoint at this step, then TrainingStopped."""
-        if not _stop_asked:
+    def stop_if_agreed(self, step: int, stop_vote: StopVote) -> None:
+        """Pre-emption (preemption.stop_after_this_step, in any process of the run): a checkpoint at this step, then
+        TrainingStopped."""
+        if not stop_vote.agreed():
             return
-        _stop_asked.clear()
         if checkpoint_step(self.checkpoint) != step:
             self.check_loss()
             self.save_checkpoint()
