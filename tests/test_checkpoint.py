@@ -4,6 +4,7 @@ the checkpoint recorded, and a resume restores all it saved (bit-identical) or r
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from safetensors.torch import load_file
 
 from conftest import plant
 from cse_kit.train import build_config, train
-from cse_kit.train.loop import RunStateError, TrainingStopped, stop_after_this_step
+from cse_kit.train.loop import RunStateError, TrainingStopped
+from cse_kit.train.preemption import stop_after_this_step
 from cse_kit.train.optim import OPTIMIZERS
 
 SETTINGS = {"max_steps": 4, "eval_steps": 4, "log_steps": 1, "save_steps": 100}
@@ -30,7 +32,7 @@ def runs(data_dir, tmp_path_factory):
     """An uninterrupted 4-step run, and the same run stopped after step 1 with its checkpoint (to resume in copies)."""
     root = tmp_path_factory.mktemp("runs")
     train(_config(data_dir, root / "whole"), progress=False)
-    stop_after_this_step()
+    stop_after_this_step(signal.SIGTERM)
     with pytest.raises(TrainingStopped):
         train(_config(data_dir, root / "stopped"), progress=False)
     return root
@@ -162,7 +164,6 @@ def _two_processes(data_dir, run, port):
 def test_a_two_process_run_killed_after_a_checkpoint_resumes_every_ranks_random_states(data_dir, tmp_path):
     """Dropout on: each rank draws its own masks from its own seed, so a rank whose random states were not restored
     would train other steps than the uninterrupted run."""
-    import signal
     import time
 
     import psutil
