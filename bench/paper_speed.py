@@ -242,7 +242,7 @@ class Stepper:
     """One training step of an objective as cse_kit.train.loop runs it, timed in parts."""
 
     def __init__(self, objective, cfg, device, stage: int | None = None):
-        from cse_kit.train.loop import _mixed_precision
+        from cse_kit.train.precision import resolve_precision
         from cse_kit.train.optim import build_optimizer
 
         self.objective, self.cfg, self.device, self.stage = objective, cfg, device, stage
@@ -253,7 +253,7 @@ class Stepper:
                                                                       if p.requires_grad]
         self.optimizer = build_optimizer([(names[id(p)], p) for p in params], cfg.optimizer_name(), lr,
                                          cfg.weight_decay_value(), cuda)
-        self.precision = _mixed_precision(cfg.mixed_precision)
+        self.precision = resolve_precision(cfg.mixed_precision, cuda)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None

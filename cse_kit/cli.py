@@ -324,8 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "CUDA, none on CPU)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the model's cse_kit.json, else none)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on GPU (faster, not the "
-                                                     "papers' fp32 protocol; recorded in the result)")
+    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on a GPU, or bf16 on a CPU "
+                   "with a bf16 unit (AMX, AVX512-BF16; elsewhere fp32): faster, not the papers' fp32 protocol; "
+                   "recorded in the result")
     _data_dir_arg(p)
     p.set_defaults(func=cmd_eval)
 

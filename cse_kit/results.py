@@ -29,6 +29,7 @@ from .data.registry import BUILT_SOURCES
 from .environment import describe
 from .io import acquire_or_wait, holder_lock, write_json_atomic
 from .train.config import TrainConfig
+from .train.precision import resolve_precision
 
 PACKAGE = Path(__file__).resolve().parent
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
@@ -94,8 +95,14 @@ def git_commit() -> str | None:
 
 
 def subject_dict(subject: TrainConfig | Pretrained) -> dict:
+    """What a record's key hashes. A run is keyed by the precision it trains in here (mixed_precision=auto resolved:
+    bf16 on a GPU or a CPU with a bf16 unit, fp32 elsewhere), so one store keeps a machine's bf16 and fp32 runs
+    apart and an auto run finds the explicit run of the same precision."""
     if isinstance(subject, TrainConfig):
-        return {"kind": "trained", **{k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}}
+        values = {k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}
+        if values["mixed_precision"] == "auto":
+            values["mixed_precision"] = resolve_precision("auto")
+        return {"kind": "trained", **values}
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cse_kit.train.precision import resolve_precision
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
@@ -63,7 +65,9 @@ def test_train_speed_bert_base_shape_on_cpu(data_dir, tmp_path):
     result = json.loads(out.read_text())
     check_train_table(stdout, result, ["simcse"])
     simcse = result["results"][0]
-    assert simcse["preset"] == "simcse-bert" and simcse["batch_size"] == 2 and simcse["precision"] == "no"
+    # the paper preset's mixed_precision=auto as this CPU resolves it: bf16 where a unit multiplies bf16, else fp32
+    assert simcse["preset"] == "simcse-bert" and simcse["batch_size"] == 2
+    assert simcse["precision"] == resolve_precision("auto", cuda=False)
     # 6 x BERT-base's 85.45 M non-embedding weights x (2 rows x 2 views x width) positions, width <= 32
     width = simcse["main"]["flops"] / (6 * 4 * 85_450_752)
     assert 3 <= width <= 32

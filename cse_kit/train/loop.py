@@ -38,6 +38,7 @@ from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, 
 from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
+from .precision import build_accelerator, precision_note
 from .presets import official_run
 
 
@@ -72,17 +73,6 @@ NEW_CHECKPOINT = ".checkpoint.new"
 #: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
 NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
                 "stage1_snapshot_steps")
-
-
-def _mixed_precision(setting: str) -> str:
-    if setting == "fp16" and not torch.cuda.is_available():
-        raise ValueError("mixed_precision=fp16 needs a CUDA GPU: on CPU Accelerate would silently train in fp32. "
-                         "Use mixed_precision=no (or bf16, which CPUs run) here")
-    if setting != "auto":
-        return setting
-    if not torch.cuda.is_available():
-        return "no"
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
 def training_changes(old: dict, new: dict) -> dict:
@@ -191,7 +181,6 @@ def run_lock(run: Path):
 
 def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status) -> dict:
     """train() under the run folder's lock."""
-    from accelerate import Accelerator
     from accelerate.utils import set_seed
     from tqdm import tqdm
 
@@ -227,8 +216,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
         if hasattr(METHODS[cfg.method], "stage1_parameters") or cfg.semi_strategy != "none" else []
-    accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available(),
-                              kwargs_handlers=handlers)
+    accelerator = build_accelerator(cfg.mixed_precision, kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
     if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
         torch.cuda.reset_peak_memory_stats(accelerator.device)
@@ -316,7 +304,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
                 group["lr"] = cfg.lr * factor(scheduler.last_epoch)
             state["resumed_with_changes"].append({"step": state["step"], "changes": changes})
     log_path = run / "log.jsonl"
-    environment = describe(accelerator.device)
+    environment = {**describe(accelerator.device), "precision": accelerator.mixed_precision}
     if accelerator.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", cfg.to_dict())
@@ -398,7 +386,8 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
     cuda = accelerator.device.type == "cuda"
     if accelerator.is_main_process:
-        announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None))
+        announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None,
+                         precision_note(accelerator.mixed_precision, cuda)))
         official = official_run(cfg)
         if official:
             announce(official)
@@ -515,12 +504,13 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
 
 
 def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, run: Path,
-            resumed_at: int | None) -> str:
-    """The one line a run starts with: what trains, on what, how long, where, and whether it resumes."""
+            resumed_at: int | None, precision: str) -> str:
+    """The one line a run starts with: what trains, on what, in what precision, how long, where, and whether it
+    resumes."""
     stages = f"{first_stage} stage-1 + {main_steps} steps" if first_stage else f"{main_steps} steps"
     start = f"resuming at step {resumed_at}" if resumed_at is not None else "fresh"
     return (f"{cfg.method} ({cfg.preset or 'no preset'}, {cfg.profile or 'no'} profile): {cfg.model} on {cfg.data} "
-            f"({examples} examples), {stages}, batch {cfg.batch_size}; {start}; output {run}")
+            f"({examples} examples), {stages}, batch {cfg.batch_size}, {precision}; {start}; output {run}")
 
 
 def _reset_peak_rss() -> None:

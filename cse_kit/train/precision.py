@@ -1,0 +1,50 @@
+"""Which precision a run trains in: `mixed_precision=auto` resolved for the machine it runs on.
+
+On CUDA, auto is bf16 (fp16 on GPUs without bf16), as before. On a CPU, auto is bf16 where the CPU multiplies bf16
+natively (a matrix unit, Intel AMX-BF16, or AVX512-BF16's dot-product instructions: oneDNN then runs bf16 matmuls
+several times faster than fp32 ones) and fp32 elsewhere, where bf16 would be emulated and slower."""
+
+from __future__ import annotations
+
+import torch
+
+from ..environment import cpu_bf16_unit
+
+
+def resolve_precision(setting: str, cuda: bool | None = None) -> str:
+    """The precision Accelerate runs for a mixed_precision setting: "no", "bf16" or "fp16". auto: bf16 on a CUDA GPU
+    with bf16 (else fp16), bf16 on a CPU with a native bf16 multiply, fp32 ("no") elsewhere."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    if setting == "fp16" and not cuda:
+        raise ValueError("mixed_precision=fp16 needs a CUDA GPU: on CPU Accelerate would silently train in fp32. "
+                         "Use mixed_precision=no (or bf16, which CPUs run) here")
+    if setting != "auto":
+        return setting
+    if cuda:
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "bf16" if cpu_bf16_unit() else "no"
+
+
+def precision_note(precision: str, cuda: bool | None = None) -> str:
+    """How a run's header names its precision: "fp32", "bf16", "fp16", and on CPU the unit that multiplies bf16."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    name = "fp32" if precision == "no" else precision
+    if precision == "bf16" and not cuda:
+        return f"bf16 on {cpu_bf16_unit() or 'a CPU without a native bf16 multiply (emulated, slow)'}"
+    return name
+
+
+def build_accelerator(setting: str, **kwargs):
+    """An Accelerator running mixed_precision `setting` resolved here. Accelerate keeps one state per process and
+    refuses a second precision in it ("restart your runtime"); a process that trains runs of two precisions one
+    after the other (a notebook, the report, the test suite: a cpu-profile run in bf16, a smoke run in fp32) clears
+    that state first, as Accelerate's own test cases do between tests. A run's state is all built inside `train`,
+    so nothing of an earlier run's is left to depend on it."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    wanted = resolve_precision(setting)
+    held = AcceleratorState._shared_state.get("_mixed_precision")
+    if held is not None and held != wanted:
+        AcceleratorState._reset_state()
+    return Accelerator(mixed_precision=wanted, cpu=not torch.cuda.is_available(), **kwargs)
