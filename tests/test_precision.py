@@ -42,6 +42,8 @@ def test_the_cpu_and_paper_profiles_train_in_auto_the_smoke_profile_in_fp32():
     assert build_config("simcse-bert", "cpu").mixed_precision == "auto"
     assert build_config("simcse-bert", "paper").mixed_precision == "auto"
     assert build_config("simcse-bert", "smoke").mixed_precision == "no"
+    # the -official presets' fp16 (the official --fp16 runs) needs CUDA: the cpu profile runs them in auto too
+    assert build_config("diffaug-semi-bert-official", "cpu").mixed_precision == "auto"
 
 
 @pytest.mark.parametrize("unit", ["AMX-BF16", None])

@@ -264,9 +264,10 @@ PROFILES = {
                             "roberta-large": "no RoBERTa-large checkpoint is available offline; run it with "
                                              "--profile paper"},
             # sized so the whole cpu report (14 runs of 8 steps an epoch, and their evaluations, of which encoding the
-            # 108k transfer sentences is the largest) fits in under two hours on a 2-core CPU; mixed_precision auto:
-            # bf16 on a CPU with a bf16 unit (AMX, AVX512-BF16), fp32 elsewhere (docs/training.md, "Precision")
-            "settings": {"data": "Wiki1M-sample", "max_examples": 512, "eval_steps": 8},
+            # 108k transfer sentences is the largest) fits in under two hours on a 2-core CPU; mixed_precision auto
+            # (also for the -official presets' fp16, which needs CUDA): bf16 on a CPU with a bf16 unit (AMX,
+            # AVX512-BF16), fp32 elsewhere (docs/training.md, "Precision")
+            "settings": {"data": "Wiki1M-sample", "max_examples": 512, "eval_steps": 8, "mixed_precision": "auto"},
             "ordered_data": "Licenses-ordered",
             # SimCSE's NLI triplets are a download: SNLI dev + test triplets stand in (about 5.9k)
             "nli_data": "SNLI-triplets",
