@@ -423,6 +423,8 @@ def measure_method(key: str, args, tokenizer, device, precision: str | None = No
     two_stage = hasattr(objective, "stage1_parameters")
     stepper = Stepper(objective, cfg, device, stage=2 if two_stage else None)
     main = time_steps(stepper, batches, args.steps, args.warmup)
+    if args.profile:
+        profile_step(stepper, batches, args.warmup + args.steps, f"{NAMES[key]} {_precision_name(stepper.precision)}")
     stage1 = None
     if two_stage and cfg.stage1_steps:
         nli = method_batches(cfg, tokenizer, args, nli=True)
@@ -439,6 +441,20 @@ def measure_method(key: str, args, tokenizer, device, precision: str | None = No
     if args.compile:
         result["compile"] = measure_compile(objective, stepper, batches, args, main, projection)
     return result
+
+
+def profile_step(stepper, batches, step: int, label: str, rows: int = 25) -> None:
+    """torch.profiler over one more step: the operators by their own time, and the share of matrix work in it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if stepper.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        stepper(batches, step)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if re.search(r"mm|matmul|linear|addmm|bmm|_mkl|onednn", e.key))
+    print(f"profile of one {label} step: matrix operators {100 * matmul / total:.0f}% of the operators' own time")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
 def measure_tf32(stepper, batches, args) -> dict:
@@ -600,4 +616,5 @@ def add_arguments(p) -> None:
     g.add_argument("--checkpoint-dir", help="where the checkpoint is written (default: the system's temp folder)")
     g.add_argument("--compile", action="store_true", help="also time each method compiled, print the payoff")
     g.add_argument("--tf32", action="store_true", help="also time each method with TF32 matmuls (CUDA)")
+    g.add_argument("--profile", action="store_true", help="print torch.profiler's operator table of one more step")
     g.add_argument("--output", help="write the measurements as JSON")

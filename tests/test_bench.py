@@ -127,6 +127,21 @@ def test_eval_speed_eta_compares_the_bars_projection_with_the_real_end(data_dir)
 
 
 @pytest.mark.slow
+def test_eval_speed_compares_fp32_with_amp(data_dir):
+    from cse_kit.environment import cpu_bf16_unit
+
+    stdout = run_bench("eval_speed.py", "full", "--tasks", "STS16", "--mode", "fasttest", "--device", "cpu", "--amp",
+                       data_dir=data_dir)
+    assert ", fp32" in stdout
+    if cpu_bf16_unit() is None:  # the second run is fp32 too, and the script says why
+        assert "has no bf16 unit" in stdout, stdout
+        return
+    assert ", bf16 autocast" in stdout
+    assert re.search(r"matmul ceiling measured now \(2048³\): fp32 [\d.]+ TFLOP/s, bf16 [\d.]+", stdout), stdout
+    assert re.search(r"bf16 autocast moved \d+ of \d+ numbers at 4 decimals, at most by 0\.\d+", stdout), stdout
+
+
+@pytest.mark.slow
 def test_eval_speed_full_bert_base_shape(data_dir):
     stdout = run_bench("eval_speed.py", "full", "--shape", "bert-base", "--device", "cpu", "--tasks", "STS16,CR",
                        "--mode", "fasttest", "--tf32", data_dir=data_dir)
