@@ -2,7 +2,7 @@
 
   python bench/train_speed.py [--steps 8] [--batch-size 64]
                               [--methods simcse,diffcse,scd,esimcse,promptbert,consert,diffaug,st] [--eval]
-                              [--glibc-default]
+                              [--glibc-default] [--mixed-precision no,bf16]
   python bench/train_speed.py --shape bert-base|roberta-base [--device cuda|cpu] ...   (issue 26: every method at
                               the papers' shape, built from configs; see bench/paper_speed.py)
 
@@ -12,7 +12,9 @@ SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM 
 PromptBERT (promptbert: the unsupervised preset, two templates and their denoising rows) and ConSERT (consert: feature
 cutoff and shuffle, one pass per view) train on the same sentences. Prints median sentences/s, each method's measured
 cost over SimCSE beside its FLOP ratio, and (--eval)
-the share of wall time a dev evaluation every 125 steps takes. DiffAug (diffaug) is timed as its stage-1 step (NLI
+the share of wall time a dev evaluation every 125 steps takes. `--mixed-precision no,bf16` times every method again
+under bf16 autocast in the same rounds and prints each one's speed-up beside the bf16/fp32 ratio of the matmul
+ceiling measured in the run (`--shape` too: each method in each precision, each beside its dtype's ceiling). DiffAug (diffaug) is timed as its stage-1 step (NLI
 triplets through the prefixes, the official clipping over every gradient) and its stage-2 step (semi-supervised, with
 template denoising), beside a SimCSE step on the same sentences filled into the prompt template (PromptBERT-style
 encoding: about 8 more tokens per sentence); its FLOP ratio to a SimCSE step counts the encoder's matmuls per
