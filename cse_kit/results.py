@@ -95,13 +95,12 @@ def git_commit() -> str | None:
 
 
 def subject_dict(subject: TrainConfig | Pretrained) -> dict:
-    """What a record's key hashes. A run is keyed by the precision it trains in here (mixed_precision=auto resolved:
-    bf16 on a GPU or a CPU with a bf16 unit, fp32 elsewhere), so one store keeps a machine's bf16 and fp32 runs
-    apart and an auto run finds the explicit run of the same precision."""
+    """What a record's key hashes. A run is keyed by the precision it trains in here (mixed_precision resolved: auto
+    is bf16 on a GPU or a CPU with a bf16 unit and fp32 elsewhere, fp16 is fp32 on a CPU), so one store keeps a
+    machine's bf16 and fp32 runs apart and an auto run finds the explicit run of the same precision."""
     if isinstance(subject, TrainConfig):
         values = {k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}
-        if values["mixed_precision"] == "auto":
-            values["mixed_precision"] = resolve_precision("auto")
+        values["mixed_precision"] = resolve_precision(values["mixed_precision"])
         return {"kind": "trained", **values}
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 

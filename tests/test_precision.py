@@ -31,10 +31,9 @@ def test_the_unit_is_read_from_the_cpu_flags_the_fastest_first():
 def test_auto_is_bf16_on_a_cpu_with_a_bf16_unit_and_fp32_elsewhere(monkeypatch, unit, resolved):
     monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: unit)
     assert precision.resolve_precision("auto", cuda=False) == resolved
-    assert precision.precision_note(resolved, cuda=False) == (f"bf16 on {unit}" if unit else "fp32")
-    assert [precision.resolve_precision(s, cuda=False) for s in ("no", "bf16")] == ["no", "bf16"]
-    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
-        precision.resolve_precision("fp16", cuda=False)
+    assert precision.unit_words(resolved, cuda=False) == (f" on {unit}" if unit else "")
+    # fp16 is Accelerate's on accelerators only: fp32 on a CPU (the header says why: presets.precision_words)
+    assert [precision.resolve_precision(s, cuda=False) for s in ("no", "bf16", "fp16")] == ["no", "bf16", "no"]
 
 
 def test_the_cpu_and_paper_profiles_train_in_auto_the_smoke_profile_in_fp32():
@@ -47,14 +46,15 @@ def test_the_cpu_and_paper_profiles_train_in_auto_the_smoke_profile_in_fp32():
 
 
 @pytest.mark.parametrize("unit", ["AMX-BF16", None])
-def test_the_store_keys_an_auto_run_by_the_precision_it_resolved_to(monkeypatch, tmp_path, unit):
+def test_the_store_keys_a_run_by_the_precision_it_resolves_to(monkeypatch, tmp_path, unit):
     monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: unit)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     store = ResultStore(tmp_path / "results", data_dir=tmp_path / "data")
     key = {setting: store.key(build_config("simcse-bert", "cpu", {"mixed_precision": setting}))
-           for setting in ("auto", "no", "bf16")}
+           for setting in ("auto", "no", "bf16", "fp16")}
     assert key["no"] != key["bf16"]
     assert key["auto"] == key["bf16" if unit else "no"]
+    assert key["fp16"] == key["no"]  # the official runs' fp16 trains in fp32 on a CPU
 
 
 @needs_bf16_unit
@@ -63,9 +63,9 @@ def test_a_bf16_run_on_this_cpu_names_its_unit_in_the_header_and_the_record(data
     cfg = build_config("simcse-bert", "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir),
                                                 "mixed_precision": "bf16", "max_steps": 2})
     summary = train(cfg, progress=False, announce=lines.append)
-    assert f", bf16 on {cpu_bf16_unit()}; fresh; " in lines[0]
-    assert summary["environment"]["precision"] == "bf16" and summary["environment"]["cpu_bf16"] == cpu_bf16_unit()
-    assert json.loads((tmp_path / "run" / "environment.json").read_text())["precision"] == "bf16"
+    assert f", batch 16, bf16 autocast on {cpu_bf16_unit()}; fresh; " in lines[0]
+    assert summary["mixed_precision"] == "bf16" and summary["environment"]["cpu_bf16"] == cpu_bf16_unit()
+    assert json.loads((tmp_path / "run" / "environment.json").read_text())["cpu_bf16"] == cpu_bf16_unit()
     assert np.isfinite(summary["best"])
 
 
@@ -74,7 +74,7 @@ def test_an_fp32_run_says_so_in_its_header(data_dir, tmp_path):
     cfg = build_config("simcse-bert", "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir),
                                                 "max_steps": 1})
     summary = train(cfg, progress=False, announce=lines.append)
-    assert ", batch 16, fp32; fresh; " in lines[0] and summary["environment"]["precision"] == "no"
+    assert ", batch 16, fp32; fresh; " in lines[0] and summary["mixed_precision"] == "no"
 
 
 def _sts_b_dev_sentences(data_dir, n=64):

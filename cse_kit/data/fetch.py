@@ -81,6 +81,21 @@ def _check_tail(stream) -> None:
             raise tarfile.ReadError("unreadable data after the last member read (a damaged header)")
 
 
+def _extract_data(t: tarfile.TarFile, dest: Path) -> None:
+    """Extract with tarfile's "data" filter (nothing outside dest, no devices, no links out of it). Pythons without
+    extraction filters (3.10.0-3.10.11, 3.11.0-3.11.3: Debian 12's system Python is 3.11.2) extract the archive
+    only if it holds plain files and folders inside dest, as every dataset archive does."""
+    if hasattr(tarfile, "data_filter"):
+        t.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for member in t.getmembers():
+        target = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+            raise tarfile.TarError(f"{member.name} is not a plain file or folder inside the archive (refused)")
+    t.extractall(dest)
+
+
 def unpack(archive: Path, dest: Path) -> None:
     """Unpack a tar(.gz), zip or .gz file, or copy a plain file or a folder, into dest."""
     name = archive.name
@@ -89,7 +104,7 @@ def unpack(archive: Path, dest: Path) -> None:
             shutil.copytree(archive, dest / name, symlinks=True)  # a link is another name of a file there
         elif tarfile.is_tarfile(archive):
             with tarfile.open(archive) as t:
-                t.extractall(dest, filter="data")
+                _extract_data(t, dest)
                 _check_tail(t.fileobj)
         elif zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:

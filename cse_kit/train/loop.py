@@ -38,8 +38,8 @@ from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, 
 from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
-from .precision import build_accelerator, precision_note
-from .presets import official_run
+from .precision import build_accelerator
+from .presets import official_run, precision_words
 
 
 class NonFiniteLoss(RuntimeError):
@@ -304,7 +304,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
                 group["lr"] = cfg.lr * factor(scheduler.last_epoch)
             state["resumed_with_changes"].append({"step": state["step"], "changes": changes})
     log_path = run / "log.jsonl"
-    environment = {**describe(accelerator.device), "precision": accelerator.mixed_precision}
+    environment = describe(accelerator.device)
     if accelerator.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", cfg.to_dict())
@@ -387,7 +387,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     cuda = accelerator.device.type == "cuda"
     if accelerator.is_main_process:
         announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None,
-                         precision_note(accelerator.mixed_precision, cuda)))
+                         precision_words(cfg, accelerator.mixed_precision)))
         official = official_run(cfg)
         if official:
             announce(official)
@@ -492,6 +492,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
                "stopped_early": state["stopped_early"],
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
+               "mixed_precision": accelerator.mixed_precision,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
                "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
                **_peak_memory(accelerator)}
@@ -505,7 +506,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
 
 def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, run: Path,
             resumed_at: int | None, precision: str) -> str:
-    """The one line a run starts with: what trains, on what, in what precision, how long, where, and whether it
+    """The one line a run starts with: what trains, on what, how long, in which precision, where, and whether it
     resumes."""
     stages = f"{first_stage} stage-1 + {main_steps} steps" if first_stage else f"{main_steps} steps"
     start = f"resuming at step {resumed_at}" if resumed_at is not None else "fresh"

@@ -13,11 +13,11 @@ from ..environment import cpu_bf16_unit
 
 def resolve_precision(setting: str, cuda: bool | None = None) -> str:
     """The precision Accelerate runs for a mixed_precision setting: "no", "bf16" or "fp16". auto: bf16 on a CUDA GPU
-    with bf16 (else fp16), bf16 on a CPU with a native bf16 multiply, fp32 ("no") elsewhere."""
+    with bf16 (else fp16), bf16 on a CPU with a native bf16 multiply, fp32 ("no") elsewhere; fp16 on a CPU: fp32
+    (Accelerate runs fp16 on accelerators only; the header says so, presets.precision_words)."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
     if setting == "fp16" and not cuda:
-        raise ValueError("mixed_precision=fp16 needs a CUDA GPU: on CPU Accelerate would silently train in fp32. "
-                         "Use mixed_precision=no (or bf16, which CPUs run) here")
+        return "no"
     if setting != "auto":
         return setting
     if cuda:
@@ -25,13 +25,14 @@ def resolve_precision(setting: str, cuda: bool | None = None) -> str:
     return "bf16" if cpu_bf16_unit() else "no"
 
 
-def precision_note(precision: str, cuda: bool | None = None) -> str:
-    """How a run's header names its precision: "fp32", "bf16", "fp16", and on CPU the unit that multiplies bf16."""
+def unit_words(used: str, cuda: bool | None = None) -> str:
+    """What a bf16 run on a CPU multiplies with, for its header: " on AMX-BF16", " on AVX512-BF16", or a warning
+    where the CPU has no such unit (an explicit mixed_precision=bf16: emulated, slower than fp32); "" otherwise."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
-    name = "fp32" if precision == "no" else precision
-    if precision == "bf16" and not cuda:
-        return f"bf16 on {cpu_bf16_unit() or 'a CPU without a native bf16 multiply (emulated, slow)'}"
-    return name
+    if used != "bf16" or cuda:
+        return ""
+    unit = cpu_bf16_unit()
+    return f" on {unit}" if unit else " on a CPU without a bf16 unit (emulated: slower than fp32)"
 
 
 def build_accelerator(setting: str, **kwargs):
