@@ -29,7 +29,6 @@ from .data.registry import BUILT_SOURCES
 from .environment import describe
 from .io import acquire_or_wait, holder_lock, write_json_atomic
 from .train.config import TrainConfig
-from .train.precision import resolve_precision
 
 PACKAGE = Path(__file__).resolve().parent
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
@@ -95,13 +94,12 @@ def git_commit() -> str | None:
 
 
 def subject_dict(subject: TrainConfig | Pretrained) -> dict:
-    """What a record's key hashes. A run is keyed by the precision it trains in here (mixed_precision resolved: auto
-    is bf16 on a GPU or a CPU with a bf16 unit and fp32 elsewhere, fp16 is fp32 on a CPU), so one store keeps a
-    machine's bf16 and fp32 runs apart and an auto run finds the explicit run of the same precision."""
+    """What a record's key hashes. mixed_precision=auto stays `auto` in it, not what it resolves to here: the
+    submitting machine and a SLURM worker on another node (a GPU, a CPU with or without a bf16 unit) must compute
+    the same key, or the submitter would not find the worker's record and train the run again itself. The record
+    says which precision the run trained in (`train.mixed_precision`, `environment.cpu_bf16`)."""
     if isinstance(subject, TrainConfig):
-        values = {k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}
-        values["mixed_precision"] = resolve_precision(values["mixed_precision"])
-        return {"kind": "trained", **values}
+        return {"kind": "trained", **{k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}}
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 
@@ -328,7 +326,7 @@ class ResultStore:
         summary = train(cfg, progress=self.progress, announce=self.announce, status=self.status)
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
         return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
-                "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes",
+                "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes", "mixed_precision",
                                                   "peak_gpu_memory_bytes", "peak_rss_bytes")},
                 "dev_curve": [r for r in curve if "dev" in r], "train_curve": [r for r in curve if "dev" not in r],
                 "timings": {f"train_{k}_s": v for k, v in summary["seconds"].items()}}
