@@ -1,5 +1,5 @@
 """mixed_precision=auto on the machine it runs on: bf16 on a GPU or on a CPU that multiplies bf16 natively (AMX-BF16,
-AVX512-BF16), fp32 elsewhere; the store keys a run by what it resolved to; `--amp` evaluation on such a CPU. The
+AVX512-BF16), fp32 elsewhere; the store keys auto alike on every machine; `--amp` evaluation on such a CPU. The
 tests of what only a bf16 unit runs skip elsewhere and say so; the others pretend either machine (monkeypatch), so
 they assert the same thing on every CPU."""
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import BFLOAT16
 from cse_kit.environment import bf16_unit_of, cpu_bf16_unit, cpu_flags
 from cse_kit.results import ResultStore
 from cse_kit.train import build_config, train
@@ -97,7 +98,7 @@ def test_amp_encodes_in_bf16_on_this_cpu_close_to_fp32(minilm, data_dir):
     approx = fast.encode(sentences)
     cosine = (exact * approx).sum(1) / np.linalg.norm(exact, axis=1) / np.linalg.norm(approx, axis=1)
     assert not np.array_equal(exact, approx)  # bf16 did run
-    assert cosine.min() > 0.99
+    assert cosine.min() > 1 - BFLOAT16  # a sentence vector's direction within bfloat16's tolerance
 
 
 def test_amp_on_a_cpu_without_a_bf16_unit_stays_fp32_and_is_recorded_off(minilm, data_dir, monkeypatch):
