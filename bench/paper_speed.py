@@ -2,7 +2,7 @@
 
   python bench/train_speed.py --shape bert-base [--device cuda|cpu] [--methods simcse,diffcse,...] [--steps 8]
                               [--warmup 2] [--batch-size N] [--peak-tflops T] [--dev-pairs N] [--compile] [--tf32]
-                              [--mixed-precision no|bf16|fp16] [--output result.json]
+                              [--mixed-precision no|bf16|fp16|no,bf16] [--profile] [--output result.json]
 
 What is built, all from configs (no download, random weights):
 - the encoder: BERT-base (`transformers.BertConfig()`) or RoBERTa-base (`RobertaConfig` with roberta-base's sizes),
@@ -32,7 +32,9 @@ for a pass without (DiffCSE's generator, ESimCSE's momentum encoder), counted by
 models; vocabulary projections, attention scores, projectors and DiffAug's prefix attention are left out (and a
 frozen encoder that passes gradients back, DiffAug's stage 1, is counted as trained). The fraction of peak divides
 the achieved FLOP/s by the device's dense tensor peak for the precision run (PEAK_TFLOPS; `--peak-tflops` for others;
-none on CPU unless given).
+on CPU the matmul ceiling of the precision's dtype, one 2048³ product measured in the same run).
+`--mixed-precision no,bf16` times each method in each precision, one after the other, and prints the later one's
+speed-up; `--profile` prints torch.profiler's operator table of one more step per method and precision.
 
 Projected wall time of a preset's full run: its steps (epochs x 1,000,000 / batch, + DiffAug's stage-1 steps at their
 own step time) x the step time, + its dev evaluations (every eval_steps steps and at the end) x the dev time, + a
