@@ -1,9 +1,10 @@
-"""What a result was computed with: recorded beside every number."""
+"""What a result was computed with: recorded beside every number (the machine, the versions, the code)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import platform
 from functools import lru_cache
@@ -13,6 +14,8 @@ import numpy as np
 import torch
 
 from . import __version__
+
+PACKAGE = Path(__file__).resolve().parent
 
 
 def describe(device: str | torch.device | None = None) -> dict:
@@ -60,6 +63,18 @@ def cpu_bf16_unit() -> str | None:
 def bf16_unit_of(flags: set[str]) -> str | None:
     """The fastest native bf16 multiply among a CPU's feature flags (BF16_UNITS), or None."""
     return next((name for flag, name in BF16_UNITS if flag in flags), None)
+def source_digest(parts=(".",), leave_out=()) -> str:
+    """Digest of the package's Python sources under parts (folders or files, relative to the package), but for the
+    files in leave_out (relative to the package): each file's path and content."""
+    digest = hashlib.sha256()
+    skipped = {PACKAGE / path for path in leave_out}
+    for part in parts:
+        root = PACKAGE / part
+        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+            if path not in skipped:
+                digest.update(str(path.relative_to(PACKAGE)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def keep_freed_memory() -> bool:

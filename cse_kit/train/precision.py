@@ -48,4 +48,5 @@ def build_accelerator(setting: str, **kwargs):
     held = AcceleratorState._shared_state.get("_mixed_precision")
     if held is not None and held != wanted:
         AcceleratorState._reset_state()
+    # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     return Accelerator(mixed_precision=wanted, cpu=not torch.cuda.is_available(), **kwargs)

@@ -17,11 +17,10 @@ import pandas as pd
 # tqdm.auto, imported by the libraries below, warns in a kernel without ipywidgets; the kit's bars are plain tqdm
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from . import parallel  # noqa: E402
-from .io import write_json_atomic  # noqa: E402
-from .paper import paper_key, paper_table  # noqa: E402
-from .results import Pretrained, ResultStore  # noqa: E402
-from .train.presets import PROFILES, ProfileUnavailable, build_config
+from ..data.published import paper_key, paper_table  # noqa: E402
+from ..io import write_json_atomic  # noqa: E402
+from ..results import Pretrained, ResultStore, parallel  # noqa: E402
+from ..train.presets import PROFILES, ProfileUnavailable, build_config
 
 #: What each profile's numbers are, printed at the top of every notebook and shown in the report.
 PROFILE_NOTES = {
@@ -82,7 +81,7 @@ class Setup:
     profile: str
     seeds: list[int]
     store: ResultStore
-    workers: int = 1  # parallel workers for a table's pending runs (CSE_KIT_WORKERS; cse_kit.parallel)
+    workers: int = 1  # parallel workers for a table's pending runs (CSE_KIT_WORKERS; cse_kit.results.parallel)
     cluster: str = "local"
 
     def describe(self) -> str:
@@ -257,7 +256,7 @@ def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable
 def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], ProfileUnavailable | None]]:
     """(row, [(seed, record)], why the profile cannot run it or None) per row: records reused where finished, computed
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
-    from .train.loop import duration
+    from ..train.loop import duration
 
     plan = _plan(rows, s)
     _compute_in_parallel(plan, s, evals)
@@ -476,7 +475,7 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
     """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the paper,
     the comparison, the figures as PNG data URIs, notes, the profile and seeds. Returns nothing, so a notebook's last
     cell shows no machine path (the report page is meant to be shared)."""
-    from .environment import describe
+    from ..environment import describe
     from .plots import to_data_uri
 
     table = strict_json({"name": name, "paper": paper_key(paper) if paper else None, "title": title,

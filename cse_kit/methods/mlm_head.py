@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from .data import load_corpus
-from .io import atomic_dir, write_json_atomic
+from ..data import load_corpus
+from ..io import atomic_dir, write_json_atomic
+from ..models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
 from .masking import mlm_corrupt, special_token_ids
-from .models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
 
 #: What the first-use fit of all-MiniLM-L6-v2-mlm cost on the 2-core CPU this kit is developed on (300 steps and two
 #: accuracy passes over 1,000 held-out sentences): 13 CPU-minutes, 35 min of wall time while the machine was shared.
@@ -125,8 +125,8 @@ def load_generator(ref: str, data_dir=None):
     all-MiniLM-L6-v2-mlm) is fitted on first use, then cached."""
     from transformers import AutoModelForMaskedLM
 
-    from .data import DataError
-    from .models import ModelNotFoundError
+    from ..data import DataError
+    from ..models import ModelNotFoundError
 
     if ref in FITTED_MLM:
         try:
