@@ -63,6 +63,8 @@ def cpu_bf16_unit() -> str | None:
 def bf16_unit_of(flags: set[str]) -> str | None:
     """The fastest native bf16 multiply among a CPU's feature flags (BF16_UNITS), or None."""
     return next((name for flag, name in BF16_UNITS if flag in flags), None)
+
+
 def source_digest(parts=(".",), leave_out=()) -> str:
     """Digest of the package's Python sources under parts (folders or files, relative to the package), but for the
     files in leave_out (relative to the package): each file's path and content."""
