@@ -289,7 +289,8 @@ def compare_amp(tokenizer, model, args) -> None:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     ceiling = {dtype: matmul_ceiling(dtype, device) for dtype in (torch.float32, torch.bfloat16)}
     fp32, amp = (r["timings"] for r in runs)
-    print(f"encoding: {fp32['encode_s']:.1f} s fp32, {amp['encode_s']:.1f} s bf16 ({fp32['encode_s'] / amp['encode_s']:.2f}x); "
+    print(f"encoding: {fp32['encode_s']:.1f} s fp32, {amp['encode_s']:.1f} s bf16 "
+          f"({fp32['encode_s'] / amp['encode_s']:.2f}x); "
           f"the matmul ceiling measured now (2048³): fp32 {ceiling[torch.float32]:.3f} TFLOP/s, bf16 "
           f"{ceiling[torch.bfloat16]:.3f} ({ceiling[torch.bfloat16] / ceiling[torch.float32]:.2f}x)")
     print(f"wall time: {fp32['wall_s']:.1f} s fp32, {amp['wall_s']:.1f} s bf16 ({fp32['wall_s'] / amp['wall_s']:.2f}x)")

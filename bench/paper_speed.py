@@ -392,8 +392,8 @@ def peak_tflops(device, precision: str, given: float | None) -> tuple[float | No
     if given:
         return given, "--peak-tflops"
     if device.type != "cuda":
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        return matmul_ceiling(dtype, device), f"{'bf16' if precision == 'bf16' else 'fp32'} matmul ceiling, 2048³, measured in this run"
+        name, dtype = ("bf16", torch.bfloat16) if precision == "bf16" else ("fp32", torch.float32)
+        return matmul_ceiling(dtype, device), f"{name} matmul ceiling, 2048³, measured in this run"
     unit = precision if precision in ("bf16", "fp16") else ("tf32" if tf32_allowed() else "fp32")
     return gpu_peak(torch.cuda.get_device_name(device), unit)
 
