@@ -18,6 +18,13 @@ def _raise_terminated(signum, frame):
     raise Terminated
 
 
+def _log_with_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-with", metavar="NAME[,NAME]",
+                   help="trackers of the training curves: none, or Accelerate's (tensorboard, wandb, mlflow, trackio, "
+                        "aim, comet_ml, clearml, dvclive, swanlab); default: $CSE_KIT_LOG_WITH, else tensorboard where "
+                        "it is installed (event files beside each run's log.jsonl)")
+
+
 def _data_dir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None,
                    help="data directory (default: $CSE_KIT_DATA, else data/ in the repository)")
@@ -188,7 +195,7 @@ def cmd_train(args) -> int:
 
 def _train_overrides(args) -> list[str]:
     out = list(args.set or [])
-    for name in ("output_dir", "seed", "data_dir", "max_steps"):
+    for name in ("output_dir", "seed", "data_dir", "max_steps", "log_with"):
         if getattr(args, name) is not None:
             out.append(f"{name}={getattr(args, name)}")
     return out
@@ -231,6 +238,13 @@ def cmd_report(args) -> int:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.log_with is not None:  # the notebooks' kernels and the workers inherit it, as the results folder
+        import os
+
+        from .train.tracking import LOG_WITH_ENV, chosen_trackers
+
+        chosen_trackers(args.log_with)  # an unknown name is refused here, not in every notebook
+        os.environ[LOG_WITH_ENV] = args.log_with
     if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
         import os
 
@@ -345,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
     p.add_argument("--no-progress", action="store_true")
+    _log_with_arg(p)
     p.add_argument("--resume-with-changes", action="store_true",
                    help="resume a checkpoint although settings that change training differ (lr, schedule length, ...): "
                         "they apply from the checkpoint's step on, and are recorded in summary.json")
@@ -383,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1,
                    help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
                         "jobs with --cluster slurm; the results store's locks keep any run from being trained twice")
+    _log_with_arg(p)
     p.add_argument("--cluster", default="local", choices=["local", "slurm"],
                    help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
                         "e.g. '{\"slurm_partition\": \"gpu\"}'")

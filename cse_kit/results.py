@@ -29,12 +29,13 @@ from .data.registry import BUILT_SOURCES
 from .environment import describe
 from .io import acquire_or_wait, holder_lock, write_json_atomic
 from .train.config import TrainConfig
+from .train.tracking import log_evaluations
 
 PACKAGE = Path(__file__).resolve().parent
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
 RESULT_CODE = ("methods", "train", "eval", "data", "models.py", "mlm_head.py")
-#: Config fields that say where things are, not what is computed.
-LOCATIONS = ("output_dir", "data_dir")
+#: Config fields that say where things are (and where the curves are logged), not what is computed.
+LOCATIONS = ("output_dir", "data_dir", "log_with")
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,9 @@ class ResultStore:
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
+                if record["subject"]["kind"] == "trained":  # the test numbers beside the run's curves
+                    log_evaluations(self.run_dir(key), {name: record["metrics"][name] for name in missing},
+                                    self.announce)
             return record
         finally:
             lock.release()

@@ -97,6 +97,9 @@ class TrainConfig:
     keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
     compile: bool = False  # torch.compile the encoder (CUDA: faster steps after a compile of about a minute)
     log_steps: int = 10
+    # the trackers that show the training curves (cse_kit.train.tracking): none, or a comma-separated list of
+    # Accelerate's (tensorboard, wandb, mlflow, ...); None: $CSE_KIT_LOG_WITH, else TensorBoard where it is installed
+    log_with: str | None = None
     data_dir: str | None = None
     # DiffCSE
     generator: str = "distilbert-base-uncased"

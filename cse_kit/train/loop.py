@@ -39,6 +39,7 @@ from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
 from .presets import official_run
+from .tracking import RunTrackers
 
 
 class NonFiniteLoss(RuntimeError):
@@ -71,7 +72,7 @@ STAGE1_FILE = "stage1.safetensors"
 NEW_CHECKPOINT = ".checkpoint.new"
 #: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
 NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
-                "stage1_snapshot_steps")
+                "stage1_snapshot_steps", "log_with")
 
 
 def _mixed_precision(setting: str) -> str:
@@ -163,10 +164,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     A run resumes only with the configuration it was started with (what differs is named), unless
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
     on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
-    folder (run_lock): a second one waits for the first and then resumes or returns its run."""
+    folder (run_lock): a second one waits for the first and then resumes or returns its run. What the run logs also
+    goes to the trackers of cfg.log_with (cse_kit.train.tracking; by default TensorBoard beside log.jsonl)."""
+    trackers = RunTrackers(cfg.log_with, announce)  # an unknown tracker is refused before anything loads
     with run_lock(Path(cfg.output_dir)):
-        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
-                      status=status)
+        try:
+            return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
+                          status=status, trackers=trackers)
+        finally:  # a stopped or failed run's trackers keep what they were sent
+            trackers.finish()
 
 
 @contextlib.contextmanager
@@ -189,7 +195,7 @@ def run_lock(run: Path):
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status) -> dict:
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status, trackers) -> dict:
     """train() under the run folder's lock."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -322,11 +328,13 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
         write_json_atomic(run / "config.json", cfg.to_dict())
         write_json_atomic(run / "environment.json", environment)
         _truncate_log(log_path, state["step"], restart)  # drop what was logged after the checkpoint we resume from
+    trackers.start(cfg, run, state["step"] if resumed else None, accelerator.is_main_process)
 
     def log(record):
         if accelerator.is_main_process:
             with writing(log_path), log_path.open("a") as f:  # a torn last line is dropped on resume
                 f.write(json.dumps(record) + "\n")
+            trackers.log(record)
 
     def stop(what: str):
         step = checkpoint_step(checkpoint)
@@ -436,7 +444,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
             first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss.detach()), state["step"] + 1)
             accelerator.backward(loss)
         if cfg.max_grad_norm:
-            clip_gradients(accelerator.scaler, optimizers[current].optimizer,
+            grad_norm = clip_gradients(accelerator.scaler, optimizers[current].optimizer,
                            unwrapped.clipped_parameters() if first_stage else params, cfg.max_grad_norm)
         optimizers[current].step()
         schedulers[current].step()
@@ -453,7 +461,8 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
             check_loss()
         if logged:
             record = {"step": step, "lr": schedulers[current].get_last_lr()[0],
-                      **({"stage": stage} if first_stage else {}), **{k: float(v.detach()) for k, v in out.items()}}
+                      **({"stage": stage} if first_stage else {}), **{k: float(v.detach()) for k, v in out.items()},
+                      **({"grad_norm": float(grad_norm)} if cfg.max_grad_norm else {})}
             log(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
         if (step == first_stage or snapshot_due(step)) and accelerator.is_main_process:  # DiffAug Figure 3
