@@ -190,6 +190,12 @@ def cmd_train(args) -> int:
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
+    from pathlib import Path
+
+    from .train.tracking import watch_commands
+
+    for command in watch_commands(Path(cfg.output_dir)):
+        print(f"watch its curves: {command}")
     return 0
 
 

@@ -213,6 +213,14 @@ def log_evaluations(run: Path, metrics: dict, say=print) -> None:
     trackers.finish()
 
 
+def watch_commands(run: Path) -> list[str]:
+    """How to watch the run's curves where it logged them (TensorBoard, MLflow; W&B said where at the start)."""
+    state = _read_state(run)
+    trackers = state.get("trackers", [])
+    return [*([f"tensorboard --logdir {run.parent}"] if "tensorboard" in trackers else []),
+            *([f"mlflow ui --backend-store-uri {state['mlflow_uri']}"] if "mlflow" in trackers else [])]
+
+
 def _read_state(run: Path) -> dict:
     try:
         return json.loads((run / STATE_FILE).read_text())
