@@ -2,15 +2,18 @@
 TensorBoard's EventAccumulator, W&B's offline run file (its protobuf records), MLflow's MlflowClient."""
 
 import json
+import re
 import shutil
 import struct
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import TrainingStopped, stop_after_this_step
-from cse_kit.train.tracking import LOG_WITH_ENV, STATE_FILE, chosen_trackers, run_name, scalars
+from cse_kit.train.tracking import LOG_WITH_ENV, STATE_FILE, chosen_trackers, folder_name, run_name, scalars
 
 
 @pytest.fixture
@@ -185,3 +188,71 @@ def test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_
     assert timeless(curves) == timeless({tag: sorted(points) for tag, points in expected.items()})
     assert mlflow_run.data.params["preset"] == "simcse-bert" and mlflow_run.data.params["seed"] == "42"
     assert mlflow_run.info.run_name == "simcse-bert max_steps=5 eval_steps=2 seed=42"
+
+
+#: where test_tensorboard_shows_a_sweep_in_a_browser also saves its screenshot (docs/ takes it: see docs/training.md)
+SCREENSHOT_ENV = "CSE_KIT_TENSORBOARD_SCREENSHOT"
+
+
+@pytest.mark.slow  # three smoke runs and TensorBoard's start
+def test_tensorboard_shows_a_table_sweep_by_readable_run_names_in_a_browser(data_dir, tmp_path, offline_trackers):
+    """`tensorboard --logdir <results>/runs` on a λ sweep trained through the results store, as a notebook does,
+    in headless Chromium: every run is listed by its readable name and the dev and loss charts are drawn.
+    With $CSE_KIT_TENSORBOARD_SCREENSHOT set, the page is also saved there (docs/tensorboard-sweep.png)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from test_notebooks import CHROMIUM, CHROMIUM_FLAGS
+
+    from cse_kit.results import ResultStore
+
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    store = ResultStore(tmp_path / "results", data_dir)
+    configs = [build_config("diffcse-bert-sts", "smoke", {"lam": lam, "seed": 1, "max_examples": 512})
+               for lam in (0.005, 0.05, 0.5)]
+    for cfg in configs:
+        store.get(cfg, ())
+    names = [folder_name(run_name(cfg)) for cfg in configs]
+    assert names[1] == "diffcse-bert-sts,max_examples=512,lam=0.05,seed=1"  # 0.005 is the preset's
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "results" / "runs"),
+                               "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5).close()
+                break
+            except OSError:
+                assert time.time() < deadline and server.poll() is None, "TensorBoard did not start"
+                time.sleep(0.5)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch_persistent_context(
+                tmp_path / "chromium-tb", executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+                viewport={"width": 1600, "height": 1000})
+            page = browser.pages[0]
+            page.set_default_timeout(120_000)
+            page.goto(f"{url}/?smoothing=0#timeseries")
+            for name in names:
+                page.get_by_text(name).first.wait_for()
+            page.get_by_text("dev/stsb_spearman").first.wait_for()
+            page.locator("canvas, svg.line-chart").first.wait_for()
+            page.get_by_role("button", name=re.compile("close", re.IGNORECASE)).first.click()  # the settings pane
+            time.sleep(3)  # the charts' lines are drawn after their frames
+            shot = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "tensorboard.png")
+            page.screenshot(path=shot)
+            browser.close()
+        assert shot.stat().st_size > 30_000
+    finally:
+        server.terminate()
+        server.wait(30)
