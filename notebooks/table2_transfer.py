@@ -15,8 +15,9 @@
 
 # %% [markdown]
 # # DiffCSE Table 2: transfer tasks
-# Test accuracy on the seven SentEval transfer tasks, SimCSE and DiffCSE's transfer models (`diffcse-*-transfer`,
-# selected on average transfer dev accuracy). The papers use SentEval's `test` configuration (10 folds, Adam);
+# Test accuracy on the seven SentEval transfer tasks, SimCSE and DiffCSE's transfer models (`diffcse-*-transfer`:
+# Table 13's hyper-parameters, chosen by the paper on average transfer dev accuracy; the checkpoint with the best STS-B
+# dev Spearman, as App. A and run_diffcse.sh:17). The papers use SentEval's `test` configuration (10 folds, Adam);
 # the smoke profile uses `fasttest` to stay within minutes, and says so below.
 
 # %% tags=["parameters"]

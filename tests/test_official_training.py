@@ -447,3 +447,160 @@ def test_early_stopping_counts_evaluations_of_each_epoch_and_its_end(data_dir, t
     log = [json.loads(x) for x in (tmp_path / "official-code" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "dev" in r] == [2, 3, 5, 6]
     assert summary["stopped_early"] and summary["steps"] == 6 and summary["best_step"] == 2
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 4. which parameters each official optimizer decays, and the official runs' fp16
+# --------------------------------------------------------------------------------------------------------------
+
+def _undecayed_4_2_1(name, module):
+    """transformers-4.2.1 trainer.py:553 (SimCSE, DiffCSE, ESimCSE, Prompt-BERT): no_decay = ["bias",
+    "LayerNorm.weight"], matched in the parameter's name."""
+    return "bias" in name or "LayerNorm.weight" in name
+
+
+def _undecayed_4_10(name, module):
+    """transformers 4.10 Trainer.create_optimizer (SCD): get_parameter_names(model, [nn.LayerNorm]) less the names
+    holding "bias" are decayed, i.e. every parameter of an nn.LayerNorm and every bias is not."""
+    return isinstance(module, torch.nn.LayerNorm) or "bias" in name
+
+
+def _undecayed_fit(name, module):
+    """SentenceTransformer.fit (ConSERT sentence_transformers/SentenceTransformer.py:533)."""
+    return any(part in name for part in ("bias", "LayerNorm.bias", "LayerNorm.weight"))
+
+
+#: preset (under its official variant) -> which parameters the official trainer left undecayed; DiffAug's trainer
+#: (diffaug/trainers.py:247-253, 264-269) builds each optimizer as one group, decayed by --weight_decay
+OFFICIAL_DECAY = {"simcse-bert": _undecayed_4_2_1, "diffcse-bert-sts": _undecayed_4_2_1,
+                  "esimcse-bert": _undecayed_4_2_1, "promptbert-bert": _undecayed_4_2_1,
+                  "scd-bert-official": _undecayed_4_10, "consert-bert": _undecayed_fit,
+                  "diffaug-semi-aux-bert-official": lambda name, module: False}
+
+
+def _owners(objective):
+    """{parameter name: the module that holds it}."""
+    return {f"{m}.{n}".lstrip("."): module for m, module in objective.named_modules()
+            for n, _ in module.named_parameters(recurse=False)}
+
+
+def _decayed_by_one_step(named, optimizer, lr, weight_decay):
+    """{name: decayed?} after one step of `optimizer` on zero gradients from weights of 1: the legacy AdamW's update
+    is then 0, and only its weight decay, p -= lr · wd · p, moves a weight."""
+    with torch.no_grad():
+        for _, p in named:
+            p.fill_(1.0)
+            p.grad = torch.zeros_like(p)
+    optimizer.step()
+    out = {}
+    for name, p in named:
+        assert torch.all(p == 1.0) or torch.all(p == 1.0 - lr * weight_decay), name
+        out[name] = bool(torch.all(p != 1.0))
+    return out
+
+
+@pytest.mark.parametrize("preset", sorted(OFFICIAL_DECAY))
+def test_each_official_optimizer_decays_the_parameters_its_trainer_decayed(data_dir, preset):
+    """With a weight decay set, each method's official optimizer decays what its official trainer decayed, on the
+    objective the loop trains (the encoder, heads, generator or discriminator, prefixes, classifier). DiffAug's
+    first-stage optimizer too."""
+    from cse_kit.train.loop import build_objective, load_encoder
+
+    field = _variants(preset)[0]
+    cfg = build_config(preset, "smoke", {field: "official-code", "weight_decay": 0.1, "data_dir": str(data_dir)})
+    tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
+    objective = build_objective(cfg, tokenizer, encoder)
+    modules = _owners(objective)
+    rule = OFFICIAL_DECAY[preset]
+    named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]  # as the loop builds it
+    sets = [named]
+    if hasattr(objective, "stage1_parameters"):
+        stage1 = {id(p) for p in objective.stage1_parameters()}
+        sets.append([(n, p) for n, p in named if id(p) in stage1])
+    for subset in sets:
+        decayed = _decayed_by_one_step(subset, build_optimizer(subset, cfg.optimizer_name(), 1e-3, 0.1), 1e-3, 0.1)
+        assert decayed == {n: not rule(n, modules[n]) for n, _ in subset}
+    assert any(decayed.values()) and (preset.startswith("diffaug") or not all(decayed.values()))
+
+
+def test_the_name_rule_and_scds_module_rule_leave_the_same_parameters_undecayed():
+    """The kit matches names ("bias", "LayerNorm.weight") for SCD as for the 4.2.1 runs: on every encoder the kit
+    trains, a LayerNorm is named LayerNorm, so 4.10's rule by module type picks the same parameters."""
+    from cse_kit.train.loop import build_objective, load_encoder
+
+    for preset in ("scd-bert-official", "promptbert-sup-bert", "diffcse-bert-sts"):
+        cfg = build_config(preset, "smoke", [f"{_variants(preset)[0]}=official-code"])
+        objective = build_objective(cfg, *load_encoder(cfg.model, cfg.dropout))
+        modules = _owners(objective)
+        assert any(isinstance(m, torch.nn.LayerNorm) for m in modules.values())
+        for name, module in modules.items():
+            assert _undecayed_4_2_1(name, module) == _undecayed_4_10(name, module), (preset, name)
+
+
+@pytest.mark.parametrize("preset", sorted(OFFICIAL_DECAY))
+def test_official_variants_train_in_their_scripts_fp16_unless_the_profile_or_caller_says_otherwise(preset):
+    field, (official, paper) = _variants(preset)
+    assert build_config(preset, "paper", [f"{field}={official}"]).mixed_precision == "fp16"
+    assert build_config(preset, "paper", [f"{field}={official}", "mixed_precision=bf16"]).mixed_precision == "bf16"
+    assert build_config(preset, "paper", [f"{field}={paper}"]).mixed_precision == "auto"
+    assert build_config(preset, "cpu", [f"{field}={official}"]).mixed_precision == "no"  # the profile's fp32
+
+
+def test_the_header_says_which_precision_a_run_trains_in_and_the_official_scripts():
+    from cse_kit.train.presets import precision_words
+
+    cuda = precision_words(build_config("diffcse-bert-sts", "paper"), "fp16")
+    assert cuda.startswith("fp16 autocast with dynamic loss scaling") and "as the official scripts (voidism/DiffCSE " \
+        "run_diffcse.sh:30 --fp16)" in cuda
+    cpu = precision_words(build_config("diffcse-bert-sts", "paper"), "no")
+    assert cpu.startswith("fp32 (fp16 asked; Accelerate runs fp16 on accelerators only") and \
+        cpu.endswith("; the official scripts train in fp16 (voidism/DiffCSE run_diffcse.sh:30 --fp16)")
+    assert precision_words(build_config("consert-bert", "cpu"), "no") == \
+        "fp32; the official scripts train in fp16 (yym6472/ConSERT scripts/*.sh:1 --use_apex_amp --apex_amp_opt_level O1)"
+    assert precision_words(build_config("simcse-bert", "paper"), "bf16") == "bf16 autocast"
+
+
+def test_the_fp16_step_unscales_clips_and_skips_an_overflow_as_the_official_trainer():
+    """The official --fp16 step (voidism/DiffCSE diffcse/trainers.py:530-553 on transformers-4.2.1 trainer.py:363,
+    1259; SimCSE's and the others' the same): scaler.scale(loss).backward(), scaler.unscale_(optimizer), clipping at
+    norm 1, scaler.step, scaler.update, then the schedule. The kit's loop runs it through Accelerate on CUDA
+    (accelerator.backward, clip_gradients, the prepared optimizer's step); here the same calls, with torch's CPU
+    GradScaler as the Accelerator's (Accelerate gives a CPU none). A finite step is the legacy AdamW step on the
+    unscaled gradient clipped at norm 1; an overflowing one leaves the weights and the optimizer's state as they were
+    and halves the scale."""
+    from accelerate import Accelerator
+
+    from cse_kit.train.loop import clip_gradients
+
+    named = _named_bert()
+    params = [p for _, p in named]
+    reference = [(n, torch.nn.Parameter(p.detach().clone())) for n, p in named]
+    accelerator = Accelerator(cpu=True)
+    scaler = accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)  # CUDA's defaults otherwise
+    optimizer = accelerator.prepare(build_optimizer(named, "hf-trainer", 3e-5))
+    want = build_optimizer(reference, "hf-trainer", 3e-5)
+    g = torch.Generator().manual_seed(0)
+    slopes = [torch.randn(p.shape, generator=g) for p in params]
+    accelerator.backward(sum((p * s).sum() for p, s in zip(params, slopes)))
+    assert torch.equal(params[0].grad, slopes[0] * 2.0 ** 16)
+    norm = clip_gradients(scaler, optimizer.optimizer, params, 1.0)
+    whole = float(torch.cat([s.flatten() for s in slopes]).norm())
+    assert whole > 1 and float(norm) == pytest.approx(whole, rel=1e-6)  # the unscaled norm, then clipped to 1
+    optimizer.step()
+    for (_, p), s in zip(reference, slopes):
+        p.grad = s.clone()
+    torch.nn.utils.clip_grad_norm_([p for _, p in reference], 1.0)
+    want.step()
+    assert not optimizer.step_was_skipped and scaler.get_scale() == 2.0 ** 16
+    assert all(torch.equal(a, b) for a, (_, b) in zip(params, reference))
+    # an overflow: the step is skipped and the scale halved (GradScaler's backoff 0.5)
+    before = [p.detach().clone() for p in params]
+    steps = [optimizer.state[p]["step"] for p in params]
+    optimizer.zero_grad()
+    accelerator.backward(sum((p * s).sum() for p, s in zip(params, slopes)))
+    params[0].grad[0, 0] = float("inf")
+    clip_gradients(scaler, optimizer.optimizer, params, 1.0)
+    optimizer.step()
+    assert optimizer.step_was_skipped and scaler.get_scale() == 2.0 ** 15
+    assert all(torch.equal(a, b) for a, b in zip(params, before))
+    assert [optimizer.state[p]["step"] for p in params] == steps

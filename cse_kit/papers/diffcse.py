@@ -77,8 +77,9 @@ def table1_rows(backbones: list[str], profile: str) -> list[Row]:
 
 
 def table2_rows(backbones: list[str], profile: str) -> list[Row]:
-    """Transfer test: SimCSE and DiffCSE's transfer models (selected on average transfer dev accuracy), each beside
-    its authors' released checkpoint."""
+    """Transfer test: SimCSE and DiffCSE's transfer models (Table 13's hyper-parameters, which the paper chose on
+    average transfer dev accuracy; the checkpoint with the best STS-B dev, App. A), each beside its authors' released
+    checkpoint."""
     return [row for b in backbones for row in (
         released_row(RELEASED[b]["simcse"], f"SimCSE-{BACKBONE_LABELS[b]}", profile),
         Row(f"SimCSE-{BACKBONE_LABELS[b]}", f"simcse-{b}"),

@@ -39,10 +39,24 @@ OFFICIAL_VARIANTS = ("official-code", "released-checkpoints")
 #: the optimizer each method's official code stepped with (cse_kit.train.optim): the Hugging Face Trainer's
 #: (SimCSE simcse/trainers.py:76, 313 on transformers 4.2.1; DiffCSE diffcse/trainers.py:76, 355 on its vendored
 #: 4.2.1; SCD scd/trainers.py:89, 342 on 4.10; ESimCSE esimcse/trainers.py:76, 314 on 4.2.1; Prompt-BERT
-#: prompt_bert/trainers.py:76, 314; DiffAug diffaug/trainers.py:79, 240-276 on 4.15, both of its optimizers), and
-#: ConSERT's SentenceTransformer.fit (main.py:291)
+#: prompt_bert/trainers.py:76, 314 on 4.2.1), DiffAug's own build of the same AdamW (diffaug/trainers.py:79, 240-276
+#: on 4.15, both of its optimizers), and ConSERT's SentenceTransformer.fit (main.py:291)
 OFFICIAL_OPTIMIZERS = {"simcse": "hf-trainer", "diffcse": "hf-trainer", "scd": "hf-trainer", "esimcse": "hf-trainer",
-                       "promptbert": "hf-trainer", "diffaug": "hf-trainer", "consert": "sentence-transformers"}
+                       "promptbert": "hf-trainer", "diffaug": "diffaug-trainer", "consert": "sentence-transformers"}
+#: method -> (the mixed precision of its official scripts, where they ask for it). Every one trains in fp16 with
+#: dynamic loss scaling on CUDA: the Hugging Face Trainer's --fp16 (torch.cuda.amp autocast and GradScaler), and
+#: ConSERT's apex O1 (--use_apex_amp --apex_amp_opt_level O1 in every English script: fp16 casts of the same kind and
+#: the same dynamic loss scale). Under an official variant a run takes it unless its profile or caller sets
+#: mixed_precision (cse_kit.train.presets); a CPU trains such a run in fp32 (cse_kit.train.presets.precision_words)
+OFFICIAL_PRECISION = {
+    "simcse": ("fp16", "princeton-nlp/SimCSE run_unsup_example.sh:25, run_sup_example.sh:35 --fp16"),
+    "diffcse": ("fp16", "voidism/DiffCSE run_diffcse.sh:30 --fp16"),
+    "scd": ("fp16", "SAP-samples/acl2022-self-contrastive-decorrelation README.md:110 --fp16"),
+    "esimcse": ("fp16", "caskcsg/sentemb ESimCSE/run.sh:52 --fp16"),
+    "promptbert": ("fp16", "kongds/Prompt-BERT run.sh:166 --fp16"),
+    "diffaug": ("fp16", "TianduoWang/DiffAug run_semi_sup_bert.sh:29, run_sup_bert.sh:27 --fp16"),
+    "consert": ("fp16", "yym6472/ConSERT scripts/*.sh:1 --use_apex_amp --apex_amp_opt_level O1"),
+}
 #: the methods whose official loss is gathered across processes with the gradient through each process's own rows
 #: (SimCSE models.py:171-189, Prompt-BERT and DiffAug the same): what official_processes scales
 SHARED_LOSS_METHODS = ("simcse", "promptbert", "diffaug")
@@ -84,7 +98,9 @@ class TrainConfig:
     keep_projector: bool = False
     simcse_variant: str = "paper"  # paper (the kit's protocol) | official-code (the optimizer and process count
     # of the official scripts, princeton-nlp/SimCSE)
-    mixed_precision: str = "auto"  # auto: bf16 (else fp16) on CUDA, none on CPU
+    # auto: bf16 (else fp16) on CUDA, none on CPU; the official variants' presets set their scripts' fp16
+    # (OFFICIAL_PRECISION), which a CPU runs in fp32
+    mixed_precision: str = "auto"
     eval_steps: int = 125
     # also evaluate at each epoch's end, eval_steps counted from each epoch's start (SentenceTransformer.fit's
     # schedule: yym6472/ConSERT sentence_transformers/SentenceTransformer.py:612-640)

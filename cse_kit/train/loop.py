@@ -38,7 +38,7 @@ from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, 
 from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
-from .presets import official_run
+from .presets import official_run, precision_words
 from .tracking import RunTrackers
 
 
@@ -76,9 +76,8 @@ NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "c
 
 
 def _mixed_precision(setting: str) -> str:
-    if setting == "fp16" and not torch.cuda.is_available():
-        raise ValueError("mixed_precision=fp16 needs a CUDA GPU: on CPU Accelerate would silently train in fp32. "
-                         "Use mixed_precision=no (or bf16, which CPUs run) here")
+    if setting == "fp16" and not torch.cuda.is_available():  # Accelerate's fp16 needs an accelerator; the header
+        return "no"  # says so (presets.precision_words)
     if setting != "auto":
         return setting
     if not torch.cuda.is_available():
@@ -406,7 +405,8 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
     cuda = accelerator.device.type == "cuda"
     if accelerator.is_main_process:
-        announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None))
+        announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None,
+                         precision_words(cfg, accelerator.mixed_precision)))
         official = official_run(cfg)
         if official:
             announce(official)
@@ -512,6 +512,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
                "stopped_early": state["stopped_early"],
                "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
                "environment": environment, "processes": accelerator.num_processes,
+               "mixed_precision": accelerator.mixed_precision,
                "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
                "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
                **_peak_memory(accelerator)}
@@ -524,12 +525,13 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
 
 
 def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, run: Path,
-            resumed_at: int | None) -> str:
-    """The one line a run starts with: what trains, on what, how long, where, and whether it resumes."""
+            resumed_at: int | None, precision: str) -> str:
+    """The one line a run starts with: what trains, on what, how long, in which precision, where, and whether it
+    resumes."""
     stages = f"{first_stage} stage-1 + {main_steps} steps" if first_stage else f"{main_steps} steps"
     start = f"resuming at step {resumed_at}" if resumed_at is not None else "fresh"
     return (f"{cfg.method} ({cfg.preset or 'no preset'}, {cfg.profile or 'no'} profile): {cfg.model} on {cfg.data} "
-            f"({examples} examples), {stages}, batch {cfg.batch_size}; {start}; output {run}")
+            f"({examples} examples), {stages}, batch {cfg.batch_size}, {precision}; {start}; output {run}")
 
 
 def _reset_peak_rss() -> None:

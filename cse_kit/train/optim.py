@@ -15,23 +15,30 @@ import math
 
 import torch
 
-#: optimizer -> what it is. Weight decay: the optimizer's own default unless the run sets weight_decay; the legacy
-#: ones leave biases and LayerNorm weights undecayed (NO_DECAY).
+#: optimizer -> what it is. Weight decay: the optimizer's own default unless the run sets weight_decay, on the
+#: parameters each official builder decayed (LEGACY's no-decay names).
 OPTIMIZERS = {
     "torch-adamw": "torch.optim.AdamW, eps 1e-8 added to the bias-corrected sqrt(v), weight decay 0 on every "
                    "parameter (the kit's protocol)",
     "hf-trainer": "transformers.optimization.AdamW as the Hugging Face Trainer builds it (transformers 4.2-4.15 "
                   "Trainer.create_optimizer_and_scheduler): eps 1e-8 added to sqrt(v) before the bias correction, "
-                  "betas (0.9, 0.999), weight decay 0 (TrainingArguments' defaults)",
+                  "betas (0.9, 0.999), weight decay 0 (TrainingArguments' defaults) on all but biases and LayerNorm "
+                  "weights",
+    "diffaug-trainer": "transformers.optimization.AdamW as DiffAug's trainer builds each of its two optimizers "
+                       "(TianduoWang/DiffAug diffaug/trainers.py:247-260, 264-276): the Hugging Face Trainer's "
+                       "arguments, every parameter in one group decayed by weight_decay (0 by default)",
     "sentence-transformers": "transformers.AdamW as SentenceTransformer.fit builds it (yym6472/ConSERT "
                              "sentence_transformers/SentenceTransformer.py:459-461, 531-539; main.py:291): no bias "
                              "correction, eps 1e-6, weight decay 0.01 but on biases and LayerNorm weights",
 }
-#: optimizer -> (eps, correct_bias, default weight decay); None for torch's
-LEGACY = {"hf-trainer": (1e-8, True, 0.0), "sentence-transformers": (1e-6, False, 0.01)}
-#: parameter names (substrings) without weight decay in both official builders: the Trainer's ["bias",
-#: "LayerNorm.weight"] (trainer.py:553 of 4.2.1) and fit's ['bias', 'LayerNorm.bias', 'LayerNorm.weight'] (:533)
-NO_DECAY = ("bias", "LayerNorm.weight")
+#: optimizer -> (eps, correct_bias, default weight decay, the name parts of its undecayed parameters); None for
+#: torch's. The Trainer's no_decay ["bias", "LayerNorm.weight"] (trainer.py:553 of 4.2.1, the SimCSE, DiffCSE,
+#: ESimCSE and Prompt-BERT runs); SCD's 4.10 Trainer leaves out every parameter of an nn.LayerNorm and every bias,
+#: the same parameters in every encoder the kit trains (tested); fit's ['bias', 'LayerNorm.bias',
+#: 'LayerNorm.weight'] (:533); DiffAug's trainer none (one decayed group)
+LEGACY = {"hf-trainer": (1e-8, True, 0.0, ("bias", "LayerNorm.weight")),
+          "diffaug-trainer": (1e-8, True, 0.0, ()),
+          "sentence-transformers": (1e-6, False, 0.01, ("bias", "LayerNorm.bias", "LayerNorm.weight"))}
 
 
 class LegacyAdamW(torch.optim.Optimizer):
@@ -91,15 +98,16 @@ def default_weight_decay(name: str) -> float:
 def build_optimizer(named_parameters, name: str, lr: float, weight_decay: float | None = None,
                     fused: bool = False) -> torch.optim.Optimizer:
     """The optimizer `name` over (name, parameter) pairs. torch-adamw: one group, as the kit always built it (fused
-    on CUDA); the legacy ones: a decayed group and one without decay (NO_DECAY), each group carrying `decay` so that
-    a resumed run with another weight decay sets it on the decayed group only."""
+    on CUDA); the legacy ones: the group their official builder decayed and, where it had one, the group it did not
+    (LEGACY), each group carrying `decay` so that a resumed run with another weight decay sets it on the decayed
+    group only."""
     check_optimizer(name)
     weight_decay = default_weight_decay(name) if weight_decay is None else weight_decay
     named = list(named_parameters)
     if name == "torch-adamw":
         return torch.optim.AdamW([p for _, p in named], lr=lr, weight_decay=weight_decay, fused=fused)
-    eps, correct_bias, _ = LEGACY[name]
-    undecayed = [any(part in n for part in NO_DECAY) for n, _ in named]
+    eps, correct_bias, _, no_decay = LEGACY[name]
+    undecayed = [any(part in n for part in no_decay) for n, _ in named]
     groups = [{"params": [p for (_, p), no in zip(named, undecayed) if no == skip], "decay": not skip,
                "weight_decay": 0.0 if skip else weight_decay} for skip in (False, True)]
     return LegacyAdamW([g for g in groups if g["params"]], lr=lr, eps=eps, correct_bias=correct_bias)

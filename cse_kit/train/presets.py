@@ -10,11 +10,15 @@ from ..data.registry import STS_TEXTS
 from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
 from ..prompt import PROMPTBERT_BERT
-from .config import OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
+from .config import OFFICIAL_PRECISION, OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
 from .optim import OPTIMIZERS
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
-_DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant": "official-code"}
+# DiffCSE App. A and run_diffcse.sh:17 (--metric_for_best_model stsb_spearman): every model, the transfer ones too, is
+# the checkpoint with the best STS-B dev Spearman; Table 13's transfer dev accuracies chose the transfer models'
+# hyper-parameters, not their checkpoints (--set metric=transfer_devacc selects on those instead)
+_DIFFCSE = {"method": "diffcse", "projector": "batchnorm", "epochs": 2, "variant": "official-code",
+            "metric": "stsb_spearman"}
 # ESimCSE §4.2 and the official run.sh: batch 64, 1 epoch, momentum 0.995, STS-B dev every 125 steps, [CLS] + MLP in
 # training, cls_before_pooler at test; lr, dup_rate, queue and dropout per backbone as run.sh, but BERT-large's dropout,
 # a variant (the paper's 0.15 for large models; run.sh and the BERT-large training log use 0.1)
@@ -34,9 +38,10 @@ _DIFFAUG = {"method": "diffaug", "projector": "mlp", "pooler": "prompt_mask", "t
 _DIFFAUG_SEMI = {**_DIFFAUG, "data": "Wiki1M", "batch_size": 256, "lr": 1e-5, "epochs": 1}
 _DIFFAUG_SUP = {**_DIFFAUG, "data": "NLI", "batch_size": 128, "lr": 5e-5, "epochs": 3}
 #: the official scripts' choices where they differ from the paper: the code's variant (denoising row, stage-1
-#: clipping), fp16, the semi script's 1500 stage-1 steps (the w/o-aux run has no script of its own: the script's
-#: value with --use_aux_loss dropped), the sup script's gradient accumulation 4
-_DIFFAUG_OFFICIAL = {"diffaug_variant": "official-code", "mixed_precision": "fp16"}
+#: clipping; and, as under every official variant, the scripts' fp16), the semi script's 1500 stage-1 steps (the
+#: w/o-aux run has no script of its own: the script's value with --use_aux_loss dropped), the sup script's gradient
+#: accumulation 4
+_DIFFAUG_OFFICIAL = {"diffaug_variant": "official-code"}
 DIFFAUG_PRESETS = {
     "semi": {**_DIFFAUG_SEMI, "stage1_steps": 2000},
     "semi-aux": {**_DIFFAUG_SEMI, "stage1_steps": 1500, "aux_weight": 1e-3},
@@ -115,14 +120,11 @@ PRESETS = {
     **{f"simcse-sup-{backbone}": (backbone, {**_SIMCSE, "data": "NLI", "lr": 5e-5, "batch_size": 512, "epochs": 3,
                                              "pooler": "cls_before_pooler", "keep_projector": True})
        for backbone in ("bert", "roberta")},
-    "diffcse-bert-sts": ("bert", {**_DIFFCSE, "lr": 7e-6, "batch_size": 64, "mask_ratio": 0.30, "lam": 0.005,
-                                  "metric": "stsb_spearman"}),
-    "diffcse-roberta-sts": ("roberta", {**_DIFFCSE, "lr": 1e-5, "batch_size": 64, "mask_ratio": 0.20, "lam": 0.005,
-                                        "metric": "stsb_spearman"}),
-    "diffcse-bert-transfer": ("bert", {**_DIFFCSE, "lr": 2e-6, "batch_size": 64, "mask_ratio": 0.15, "lam": 0.05,
-                                       "metric": "transfer_devacc"}),
+    "diffcse-bert-sts": ("bert", {**_DIFFCSE, "lr": 7e-6, "batch_size": 64, "mask_ratio": 0.30, "lam": 0.005}),
+    "diffcse-roberta-sts": ("roberta", {**_DIFFCSE, "lr": 1e-5, "batch_size": 64, "mask_ratio": 0.20, "lam": 0.005}),
+    "diffcse-bert-transfer": ("bert", {**_DIFFCSE, "lr": 2e-6, "batch_size": 64, "mask_ratio": 0.15, "lam": 0.05}),
     "diffcse-roberta-transfer": ("roberta", {**_DIFFCSE, "lr": 3e-6, "batch_size": 128, "mask_ratio": 0.15,
-                                             "lam": 0.05, "metric": "transfer_devacc"}),
+                                             "lam": 0.05}),
     # SCD: one preset per recipe of cse_kit.methods.scd.VARIANTS (Table 3's rows are scd-bert with scd_terms set)
     "scd-bert": ("bert", _scd_recipes("bert", "paper")),
     "scd-roberta": ("roberta", _scd_recipes("roberta", "paper")),
@@ -326,7 +328,8 @@ def _resolve_variant_settings(values: dict, preset: str) -> dict:
     """A preset setting given per variant of its method ({"paper": 0.15, "official-code": 0.1}) takes the run's
     variant's value (an explicit --set of the setting has already replaced it); a variant the preset has no value
     for is refused. Then, under an official variant, the process count of the official run behind the preset
-    (OFFICIAL_RUNS), unless set."""
+    (OFFICIAL_RUNS) and the official scripts' precision (OFFICIAL_PRECISION), unless set (the cpu and smoke profiles
+    set fp32)."""
     variant = variant_of(values)
     out = {}
     for key, value in values.items():
@@ -336,8 +339,11 @@ def _resolve_variant_settings(values: dict, preset: str) -> dict:
                                  f"choose {VARIANT_FIELDS[values['method']]}={' or '.join(value)}")
             value = value[variant]
         out[key] = value
-    if variant in OFFICIAL_VARIANTS and preset in OFFICIAL_RUNS and "official_processes" not in values:
-        out["official_processes"] = OFFICIAL_RUNS[preset][1]
+    if variant in OFFICIAL_VARIANTS:
+        if preset in OFFICIAL_RUNS and "official_processes" not in values:
+            out["official_processes"] = OFFICIAL_RUNS[preset][1]
+        if "mixed_precision" not in values:
+            out["mixed_precision"] = OFFICIAL_PRECISION[values["method"]][0]
     return out
 
 
@@ -356,6 +362,26 @@ def official_run(cfg: TrainConfig) -> str | None:
     return (f"{VARIANT_FIELDS[cfg.method]}={cfg.variant_name()}: {what}; {n} official process"
             f"{'es' if n > 1 else ''} ({scale}; here on any number); optimizer {optimizer}: {OPTIMIZERS[optimizer]}"
             + ("" if cfg.weight_decay is None else f"; weight decay set to {cfg.weight_decay}"))
+
+
+#: Accelerate's mixed_precision -> what a run trains in
+PRECISION_WORDS = {"no": "fp32", "bf16": "bf16 autocast",
+                   "fp16": "fp16 autocast with dynamic loss scaling (a step whose gradients overflow is skipped, "
+                           "gradients are clipped after unscaling)"}
+
+
+def precision_words(cfg: TrainConfig, used: str) -> str:
+    """The header's words for the precision a run trains in (`used`, Accelerate's mixed_precision), why it differs
+    from the one asked for, and, under an official variant, the official scripts' precision."""
+    words = PRECISION_WORDS[used]
+    if cfg.mixed_precision == "fp16" and used != "fp16":
+        words += (" (fp16 asked; Accelerate runs fp16 on accelerators only: fp32 here, which holds every fp16 value "
+                  "and needs no loss scaling)")
+    if cfg.official_code():
+        precision, where = OFFICIAL_PRECISION[cfg.method]
+        words += f", as the official scripts ({where})" if used == precision else \
+            f"; the official scripts train in {precision} ({where})"
+    return words
 
 
 def _semi_strategy_defaults(values: dict, profile: dict, given: set[str]) -> dict:
