@@ -15,9 +15,11 @@ from .masking import mlm_corrupt, special_token_ids
 from .models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
 from .progress import Steps, say
 
-#: What the first-use fit of all-MiniLM-L6-v2-mlm cost on the 2-core CPU this kit is developed on (300 steps and two
-#: accuracy passes over 1,000 held-out sentences): 13 CPU-minutes, 35 min of wall time while the machine was shared.
-FIRST_USE_COST = "about 13 CPU-minutes on a 2-core CPU"
+#: What the first-use fit of all-MiniLM-L6-v2-mlm costs on the 2-core CPU this kit is developed on (300 steps and two
+#: accuracy passes over 1,000 held-out sentences, the body run once per batch without gradients): 238 CPU-seconds
+#: (`/usr/bin/time cse-kit fit-mlm-head`, 11 min 39 s of wall time while other jobs loaded the machine 6-fold); the
+#: design card's papermill run spent 2 min 21 s of wall time in it
+FIRST_USE_COST = "about 4 CPU-minutes, 2 to 3 minutes on an idle 2-core CPU"
 
 
 def _masked_batch(tokenizer, sentences, ratio, max_length, special_ids, generator):
