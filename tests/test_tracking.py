@@ -13,7 +13,9 @@ import pytest
 
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import TrainingStopped, stop_after_this_step
-from cse_kit.train.tracking import LOG_WITH_ENV, STATE_FILE, chosen_trackers, folder_name, run_name, scalars
+from cse_kit.train.tracking import (
+    LOG_WITH_ENV, STATE_FILE, chosen_trackers, folder_name, run_name, scalars,
+)
 
 
 @pytest.fixture
@@ -100,11 +102,11 @@ def _mlflow(run):
 
 def test_which_trackers_a_run_logs_to(monkeypatch):
     monkeypatch.delenv(LOG_WITH_ENV, raising=False)
-    assert chosen_trackers(None) == (["tensorboard"], False)  # installed with the dev extra: the default
-    assert chosen_trackers("none") == ([], True)
-    assert chosen_trackers("wandb, MLflow,wandb") == (["wandb", "mlflow"], True)
+    assert chosen_trackers(None) == ["tensorboard"]  # installed with the dev extra: the default
+    assert chosen_trackers("none") == []
+    assert chosen_trackers("wandb, MLflow,wandb") == ["wandb", "mlflow"]
     monkeypatch.setenv(LOG_WITH_ENV, "mlflow")
-    assert chosen_trackers(None) == (["mlflow"], True) and chosen_trackers("none") == ([], True)
+    assert chosen_trackers(None) == ["mlflow"] and chosen_trackers("none") == []
     with pytest.raises(ValueError, match=r"unknown tracker\(s\) tensorbord in log_with='tensorbord'.*tensorboard"):
         chosen_trackers("tensorbord")
     monkeypatch.setenv(LOG_WITH_ENV, "wandbb")
@@ -181,13 +183,14 @@ def test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_
     timeless = lambda curves: {tag: points for tag, points in curves.items() if tag != "dev/seconds"}  # noqa: E731
     assert timeless(_wandb_history(run)) == timeless(expected)
     runs = {(r.run.run_id, r.run.display_name) for r in _wandb_records(run) if r.WhichOneof("record_type") == "run"}
-    assert runs == {(json.loads((run / STATE_FILE).read_text())["wandb_id"], "simcse-bert max_steps=5 eval_steps=2 seed=42")}
+    name = "simcse-bert max_steps=5 eval_steps=2 seed=42"
+    assert runs == {(json.loads((run / STATE_FILE).read_text())["wandb_id"], name)}
     config = next(r.run.config for r in _wandb_records(run) if r.WhichOneof("record_type") == "run")
     assert {u.key: json.loads(u.value_json) for u in config.update}["lr"] == cfg.lr
     curves, mlflow_run = _mlflow(run)
     assert timeless(curves) == timeless({tag: sorted(points) for tag, points in expected.items()})
     assert mlflow_run.data.params["preset"] == "simcse-bert" and mlflow_run.data.params["seed"] == "42"
-    assert mlflow_run.info.run_name == "simcse-bert max_steps=5 eval_steps=2 seed=42"
+    assert mlflow_run.info.run_name == name
 
 
 #: where test_tensorboard_shows_a_sweep_in_a_browser also saves its screenshot (docs/ takes it: see docs/training.md)

@@ -42,22 +42,22 @@ def tracker_names() -> list[str]:
     return sorted(LOGGER_TYPE_TO_CLASS)
 
 
-def chosen_trackers(log_with: str | None) -> tuple[list[str], bool]:
-    """(the trackers to log to, whether someone asked for them): log_with, else $CSE_KIT_LOG_WITH, else TensorBoard
-    where it is installed (not asked: nothing is said when it is not)."""
+def chosen_trackers(log_with: str | None) -> list[str]:
+    """The trackers to log to: log_with, else $CSE_KIT_LOG_WITH, else TensorBoard where it is installed (where it is
+    not, nothing: no one asked for it)."""
     text = log_with if log_with is not None else os.environ.get(LOG_WITH_ENV, "").strip() or None
     if text is None:
-        return (["tensorboard"] if _installed("tensorboard") else []), False
+        return ["tensorboard"] if _installed("tensorboard") else []
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if names in ([], ["none"]):
-        return [], True
+        return []
     known = tracker_names()
     unknown = [n for n in names if n not in known]
     if unknown:
         source = "log_with" if log_with is not None else f"${LOG_WITH_ENV}"
-        raise ValueError(f"unknown tracker(s) {', '.join(unknown)} in {source}={text!r}: give none or a comma-separated "
-                         f"list of {', '.join(known)}")
-    return list(dict.fromkeys(names)), True
+        raise ValueError(f"unknown tracker(s) {', '.join(unknown)} in {source}={text!r}: give none or a "
+                         f"comma-separated list of {', '.join(known)}")
+    return list(dict.fromkeys(names))
 
 
 def _installed(module: str) -> bool:
@@ -123,7 +123,7 @@ class RunTrackers:
     tracker."""
 
     def __init__(self, log_with: str | None, say=print):
-        self.names, self.asked = chosen_trackers(log_with)
+        self.names = chosen_trackers(log_with)
         self.say = say
         self.active: list = []
         self.run: Path | None = None
