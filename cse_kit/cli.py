@@ -172,6 +172,8 @@ def cmd_train(args) -> int:
     from .experiments import resolve_profile
     from .train import build_config, train
     from .train.launch import join_srun_step
+    from .train.loop import TrainingStopped
+    from .train.preemption import slurm_training
 
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = resolve_profile(args.profile)
@@ -182,11 +184,18 @@ def cmd_train(args) -> int:
               "--profile paper, cpu or smoke to choose)")
     cfg = build_config(args.preset, profile, _train_overrides(args))
     args.run_dir = cfg.output_dir  # named when the run is stopped (main)
-    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    # in a SLURM job SIGTERM and SIGUSR2 stop the run after its current step, at a checkpoint, and it is requeued
+    preemption = slurm_training()
+    if preemption is None:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+    except TrainingStopped as stopped:
+        preemption.leave(f"{stopped}")
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
@@ -251,10 +260,10 @@ def cmd_report(args) -> int:
 
         chosen_trackers(args.log_with)  # an unknown name is refused here, not in every notebook
         os.environ[LOG_WITH_ENV] = args.log_with
-    if args.workers > 1:  # the notebooks' kernels inherit these (cse_kit.parallel)
-        import os
+    from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
 
-        from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params
+    if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.parallel)
+        import os
 
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
@@ -403,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "core or the GPU)")
     p.add_argument("--workers", type=int, default=1,
                    help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
-                        "jobs with --cluster slurm; the results store's locks keep any run from being trained twice")
+                        "jobs with --cluster slurm (default 1: there every run is a job's); the results store's locks "
+                        "keep any run from being trained twice")
     _log_with_arg(p)
     p.add_argument("--cluster", default="local", choices=["local", "slurm"],
                    help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "

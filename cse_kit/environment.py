@@ -35,8 +35,8 @@ def keep_freed_memory() -> bool:
     By default glibc maps blocks over its mmap threshold afresh and trims the heap top above twice that, so a CPU
     training step that frees and reallocates hundreds of MB (DiffCSE: two vocabulary-sized embedding gradients,
     optimizer temporaries, three models' activations) page-faults about 170,000 times per step; with this, after
-    the first step, about none (bench/train_speed.py measures the effect). The cost: the process's resident
-    memory does not shrink after its peak. Returns False where there is no glibc (macOS, Windows, musl)."""
+    the first steps, about none (bench/train_speed.py measures the speed, bench/malloc_faults.py the page faults
+    of a simpler pattern). The cost: the process's resident memory does not shrink after its peak. Returns False where there is no glibc (macOS, Windows, musl)."""
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt if name else None

@@ -86,7 +86,8 @@ class Setup:
     cluster: str = "local"
 
     def describe(self) -> str:
-        workers = f"; {self.workers} workers ({self.cluster})" if self.workers > 1 else ""
+        workers = f"; {self.workers} workers ({self.cluster})" if parallel.uses_workers(self.workers, self.cluster) \
+            else ""
         return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}{workers}"
 
 
@@ -195,7 +196,7 @@ def _seeds(row: Row, s: Setup) -> list[int]:
 def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
     """With workers, the planned rows' pending runs are computed by them first; the caller then only reads records.
     (Not under force: recomputing "once" is a promise of one process.)"""
-    if s.workers <= 1 or s.store.force:
+    if not parallel.uses_workers(s.workers, s.cluster) or s.store.force:
         return
     parallel.compute_all(s.store, [(subject, evals) for _, subjects, _ in plan for _, subject in subjects],
                          s.workers, s.cluster)

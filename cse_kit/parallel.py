@@ -16,7 +16,8 @@ exits: SLURM is then requeuing the job (pre-emption, `scontrol requeue`) or endi
 and requeuing it from inside would undo a `scancel`.
 
 `cse-kit report --workers N` sets CSE_KIT_WORKERS (and CSE_KIT_CLUSTER) for the notebooks it executes; a notebook
-run by hand takes the same variables."""
+run by hand takes the same variables. `--cluster slurm` alone is one worker job: on SLURM every pending run is a
+job's, never trained on the machine that submits."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from submitit.helpers import Checkpointable
 
 from .results import Pretrained, ResultStore
 from .train.config import TrainConfig
+from .train.preemption import Preemption
 
 WORKERS_ENV = "CSE_KIT_WORKERS"
 CLUSTER_ENV = "CSE_KIT_CLUSTER"
@@ -56,6 +58,12 @@ def settings() -> tuple[int, str]:
         raise ValueError(f"{WORKERS_ENV} must be >= 1 and {CLUSTER_ENV} one of {', '.join(CLUSTERS)}; "
                          f"got {workers} and {cluster!r}")
     return workers, cluster
+
+
+def uses_workers(workers: int, cluster: str) -> bool:
+    """Whether pending runs go to worker jobs: on SLURM always (one job at least: a user who named the cluster
+    expects jobs, not training on the machine the report runs on), locally from 2 workers on."""
+    return cluster == "slurm" or workers > 1
 
 
 def executor_params() -> dict:
@@ -115,41 +123,28 @@ class Drain(Checkpointable):
             preemption.leave(f"{stopped}")
 
 
-class _Preemption:
-    """The worker's SIGTERM and SIGUSR2 handler. A signal that arrives while a run trains is deferred to the end of
-    its current step (loop.stop_after_this_step), where the run saves a checkpoint; at any other time (an
-    evaluation, a wait for another worker's run) leaving at once loses nothing."""
+class _Preemption(Preemption):
+    """The worker's SIGTERM and SIGUSR2 handler (train.preemption): a run in training stops after its current step
+    with a checkpoint, Drain catches its TrainingStopped and leaves; at any other time (an evaluation, a wait for
+    another worker's run) it leaves at once."""
 
     def __init__(self):
         from submitit import JobEnvironment
 
         self.cluster = JobEnvironment().cluster
         self.requeue = signal.getsignal(JobEnvironment._usr_sig())  # submitit's checkpoint_and_try_requeue
-        self.signum, self.leaving = None, False
-        for signum in (signal.SIGTERM, JobEnvironment._usr_sig()):
-            signal.signal(signum, self.on_signal)
-
-    def on_signal(self, signum: int, frame) -> None:
-        from .train.loop import stop_after_this_step, train
-
-        if self.leaving:
-            return
-        self.signum = signum
-        while frame is not None and frame.f_code is not train.__code__:
-            frame = frame.f_back
-        if frame is None:
-            self.leave("no run was training")
-        else:  # the run stops after this step: Drain catches its TrainingStopped and leaves
-            stop_after_this_step()
+        self.SIGNALS = (signal.SIGTERM, JobEnvironment._usr_sig())
+        super().__init__()
 
     def leave(self, what: str) -> None:
         self.leaving = True
-        name = signal.Signals(self.signum).name
-        if self.signum == signal.SIGTERM and self.cluster == "slurm":
+        signum = self.stopped_by
+        name = signal.Signals(signum).name
+        if signum == signal.SIGTERM and self.cluster == "slurm":
             print(f"{name}: {what}; SLURM requeues this job or ends it", file=sys.stderr, flush=True)
             sys.exit(-1)
         print(f"{name}: {what}; requeuing", file=sys.stderr, flush=True)
-        self.requeue(self.signum, None)  # checkpoint() resubmits the call, requeues (locally: restarts), exits
+        self.requeue(signum, None)  # checkpoint() resubmits the call, requeues (locally: restarts), exits
 
 
 def job_resources(tasks: list[Task]) -> dict:
@@ -186,7 +181,7 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     """Compute the pending tasks with `workers` worker jobs and wait for them. Returns the keys computed. A worker
     that fails is reported (its log named) and its runs are left to the others and then to the caller."""
     pending = [(subject, tuple(evals)) for subject, evals in tasks if not store.has(subject, evals)]
-    if workers <= 1 or len(pending) <= 1:
+    if not pending or (cluster == "local" and (workers <= 1 or len(pending) <= 1)):
         return []
     n = min(workers, len(pending))
     folder = store.root / "jobs"

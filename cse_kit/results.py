@@ -100,9 +100,20 @@ def subject_dict(subject: TrainConfig | Pretrained) -> dict:
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 
+def evaluation_protocol(subject: TrainConfig | Pretrained) -> dict:
+    """What decides a record's numbers beyond its subject (which holds the pooler, the max length and every training
+    setting), the code and the data: how much of the evaluation sets its profile's evaluations read
+    (evaluation_sample). The evaluation mode is in each evaluation's name (`sts_dev`, `transfer_fasttest`). Whole
+    sets add nothing, so a record of the whole sets keeps the key it had before samples existed."""
+    return {kind: n for kind in SAMPLES if (n := evaluation_sample(subject.profile, kind)) is not None}
+
+
 def record_key(subject: TrainConfig | Pretrained, data_dir=None) -> str:
     what = {"subject": subject_dict(subject), "code": code_version(),
             "data": data_fingerprint(None if data_dir is None else str(data_dir))}
+    protocol = evaluation_protocol(subject)
+    if protocol:  # a sampled record never shares a key with a whole-set one, of this release or an older one
+        what["evaluation"] = protocol
     if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, *BUILT_SOURCES):  # a user's file: content
         what["training_file_md5"] = md5_file(Path(subject.data))
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
@@ -335,6 +346,10 @@ class ResultStore:
         tokenizer, model = load_encoder(model_dir)
         return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=prompt_reading_of(model_dir),
                        max_length=max_length_of(model_dir))
+
+
+#: The evaluation_sample kinds: how much of the STS test and of the transfer sets an evaluation reads.
+SAMPLES = ("sts_sample", "transfer_sample")
 
 
 def evaluation_sample(profile: str | None, kind: str) -> int | None:

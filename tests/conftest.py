@@ -1,6 +1,10 @@
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import cse_kit  # noqa: F401  before any test module imports torch: the kit's OpenMP wait policy must come first
@@ -35,6 +39,74 @@ def run_notebook(notebook: Path, out: Path, parameters: dict):
     stderr = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr")
     assert "Message serialization failed" not in stderr, stderr
     return nb
+
+
+# Figures computed in floating point. A sum's rounding depends on its order, and the order on the kernel the CPU
+# picks (AVX2, AVX-512, AMX), the thread count and the batch's shape. A test that compares two computations of one
+# figure either runs the same arithmetic on both sides (the same code on the same inputs in one process: the same
+# bits, SAME_ARITHMETIC), or allows one of the tolerances below, which say what they cover.
+
+#: the same kernels on the same inputs: equal to the last bit, on any CPU
+SAME_ARITHMETIC = 0.0
+#: relative: float32 along different paths (other summation orders, float32 against float64): float32 rounds at
+#: 6e-8 and a sum of n terms drifts by about sqrt(n) roundings (n in the worst case), so 1e-5 covers the sums of
+#: thousands of terms in the kit's tiny and small models
+FLOAT32 = 1e-5
+#: relative: float64 along different paths (the same statistic of the same numbers through other code): float64
+#: rounds at 1e-16
+FLOAT64 = 1e-12
+#: relative: a figure computed under bfloat16 autocast (AMX CPUs, GPUs) against float32: bfloat16 keeps 8 bits of
+#: mantissa (rounds at 4e-3), and a layer's output sums many rounded products
+BFLOAT16 = 2e-2
+
+
+def agrees(expected, tolerance: float, scale: float | None = None):
+    """pytest.approx of `expected` within `tolerance` (one of the above) relative to each value, or to `scale` for
+    figures that are differences of larger ones (a loss near 0)."""
+    return pytest.approx(expected, rel=tolerance, abs=tolerance * scale if scale else 0.0)
+
+
+def assert_ranks_cannot_swap(scores, tolerance: float) -> None:
+    """A rank statistic (Spearman) of two computations of `scores`, each within `tolerance` (relative) of them, is
+    the same number (to FLOAT64) when both rank them alike, which rounding cannot change if no two scores lie within
+    twice that of each other: asserted, so that a test comparing them holds on any CPU (a tiny random model's
+    cosines nearly tie, and there the CPU's summation order decided the ranks)."""
+    ordered = np.sort(np.asarray(scores, dtype=np.float64))
+    closest = float(np.diff(ordered).min())
+    needed = 2 * tolerance * float(np.abs(ordered).max())
+    assert closest > needed, f"two scores lie {closest:.3g} apart, rounding ({needed:.3g}) could swap their ranks"
+
+
+#: `python -c KILL_BEFORE_CHECKPOINT <step> <cse-kit arguments>`: the cse-kit CLI, killed with SIGKILL by itself at a
+#: point of the run, not of the clock: as it is about to put checkpoint `step` in place (the rename of its complete
+#: folder to checkpoint/, seen by an audit hook, whatever code does it). Everything of that step is done by then (its
+#: log line, evaluation and best model), none of it checkpointed: a resume redoes it from the checkpoint before.
+KILL_BEFORE_CHECKPOINT = """
+import json, os, signal, sys
+from pathlib import Path
+
+def kill_before_checkpoint(event, args, step=int(sys.argv.pop(1))):
+    if event == "os.rename" and Path(args[1]).name == "checkpoint":
+        state = Path(args[0]) / "trainer_state.json"
+        if state.is_file() and json.loads(state.read_text())["step"] == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+sys.addaudithook(kill_before_checkpoint)
+from cse_kit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def cli_env() -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+
+
+def kill_9_before_checkpoint(args: list[str], step: int) -> None:
+    """Run `cse-kit *args` (a training run saving a checkpoint at `step`) and kill -9 it as that checkpoint is about
+    to replace the one before (KILL_BEFORE_CHECKPOINT)."""
+    done = subprocess.run([sys.executable, "-c", KILL_BEFORE_CHECKPOINT, str(step), *args], env=cli_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, f"not killed before checkpoint {step}: {done.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="session")

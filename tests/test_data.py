@@ -1,5 +1,6 @@
 """The data layer on the real shared data: counts, known records, verification, and bad input."""
 
+import io
 import json
 import os
 import shutil
@@ -247,6 +248,31 @@ def test_a_truncated_or_non_archive_file_is_a_clear_error(data_dir, tmp_path, ca
     assert main(["data", "import", str(archive), "--data-dir", str(target)]) == 2
     assert "is not a complete archive" in capsys.readouterr().err
     assert [p.name for p in target.iterdir()] == []
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["extraction-filter", "python-without-filters"])
+@pytest.mark.parametrize("member", ["../outside.txt", "link-out", "a-device"])
+def test_an_archive_member_outside_the_data_directory_is_refused_by_name(data_dir, tmp_path, capsys, monkeypatch,
+                                                                         member, filters):
+    """A whole archive with one unsafe member: one line naming it (not "truncated"), nothing placed anywhere; the
+    same on a Python without tarfile's extraction filters."""
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter")
+    archive = tmp_path / "senteval.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(data_dir / "downstream" / "MR", arcname="downstream/MR")
+        entry = tarfile.TarInfo(member)
+        if member == "link-out":
+            entry.type, entry.linkname = tarfile.SYMTYPE, "../../outside.txt"
+        elif member == "a-device":  # an absolute path is not refused: the filter makes it relative
+            entry.type = tarfile.CHRTYPE
+        t.addfile(entry, io.BytesIO(b""))
+    target = tmp_path / "data" / "target"
+    assert main(["data", "import", str(archive), "--data-dir", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"holds an unsafe path, member {member!r}" in err and "truncated" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert [p.name for p in target.iterdir()] == [] and not (tmp_path / "data" / "outside.txt").exists()
 
 
 def test_leftovers_of_killed_imports_and_exports_are_removed_on_the_next_run(data_dir, tmp_path):

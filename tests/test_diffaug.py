@@ -3,11 +3,8 @@ stage boundary under kill -9, export with the prefix and evaluation without flag
 the official code's computation is tests/test_diffaug_official.py."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -15,8 +12,12 @@ import torch
 from safetensors.torch import load_file
 
 from cse_kit.eval.encode import Encoder
+from cse_kit.io import recover_dir
 from cse_kit.prompt import PROMPTBERT_BERT, Template
 from cse_kit.train import PRESETS, build_config, train
+from cse_kit.train.loop import checkpoint_step
+
+from conftest import cli_env, kill_9_before_checkpoint
 
 DIFFAUG_PRESETS = [p for p, (_, s) in PRESETS.items() if s["method"] == "diffaug"]
 SENTENCES = ["A man is playing a guitar.", "Two dogs run through the snow, chasing a red ball!",
@@ -77,20 +78,8 @@ def test_every_diffaug_preset_trains_both_stages_on_the_smoke_profile(preset, da
 
 
 def _cli(args):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=cli_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-
-
-def _kill_at(proc, run, step: int) -> None:
-    state = run / "checkpoint" / "trainer_state.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if state.is_file() and json.loads(state.read_text())["step"] >= step:
-            break
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
 
 
 def _stage_one_moved_the_prefixes_only(checkpoint) -> None:
@@ -112,9 +101,10 @@ def test_resume_after_kill_9_in_each_stage_ends_like_an_uninterrupted_run(data_d
             "--no-progress", "--set", "save_steps=1", "--set", "stage1_steps=4", "--set", "eval_steps=3"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert _cli(args + ["--output-dir", str(whole)]).wait() == 0
-    _kill_at(_cli(args + ["--output-dir", str(cut)]), cut, 2)  # inside stage 1
+    kill_9_before_checkpoint(args + ["--output-dir", str(cut)], 3)  # inside stage 1 (steps 1-4)
+    assert checkpoint_step(recover_dir(cut / "checkpoint")) == 2  # set aside by the swap, put back as a resume does
     _stage_one_moved_the_prefixes_only(cut / "checkpoint" / "model.safetensors")
-    _kill_at(_cli(args + ["--output-dir", str(cut)]), cut, 6)  # inside stage 2
+    kill_9_before_checkpoint(args + ["--output-dir", str(cut)], 6)  # inside stage 2, at an evaluation
     assert _cli(args + ["--output-dir", str(cut)]).wait() == 0
     a, b = (json.loads((d / "summary.json").read_text()) for d in (whole, cut))
     assert (a["best"], a["best_step"], a["steps"]) == (b["best"], b["best_step"], b["steps"])

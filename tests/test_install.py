@@ -1,12 +1,23 @@
 """The kit as a plain (non-editable) `pip install .` gives it: a wheel of the package alone, installed into a
-temporary virtual environment that sees this one's packages (nothing is downloaded)."""
+temporary virtual environment that sees the running interpreter's packages (nothing is downloaded)."""
 
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REPO
+
+
+def see_the_running_interpreters_packages(venv) -> None:
+    """venv imports what this interpreter imports from its package folders, whether it is a venv, a conda env or the
+    system's Python: `venv --system-site-packages` would show it the base interpreter's instead (a venv's base has
+    no torch). Plain paths in a .pth file: appended after the venv's own site-packages, their .pth files not run (this
+    interpreter's editable cse_kit stays out)."""
+    folders = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    [site_packages] = venv.glob("lib/python*/site-packages")
+    (site_packages / "running-interpreter.pth").write_text("".join(f"{folder}\n" for folder in folders))
 
 
 def test_a_plain_install_refuses_the_report_in_one_line_naming_the_editable_install(tmp_path):
@@ -20,8 +31,8 @@ def test_a_plain_install_refuses_the_report_in_one_line_naming_the_editable_inst
     pip = ["-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run([sys.executable, *pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w",
                     str(tmp_path / "wheel"), str(source)], check=True, env=env, cwd=tmp_path)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(tmp_path / "venv")],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    see_the_running_interpreters_packages(tmp_path / "venv")
     python = tmp_path / "venv" / "bin" / "python"
     [wheel] = (tmp_path / "wheel").glob("cse_kit-*.whl")
     subprocess.run([python, *pip, "install", "--no-deps", "--no-index", str(wheel)], check=True, env=env)

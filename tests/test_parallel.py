@@ -183,3 +183,32 @@ def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data
         "cse-kit: interrupted; nothing half-written is kept. Rerun the same command to resume."], err
     _, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
+
+
+def _vote(rank: int, port: int, asks: dict, out: str) -> None:
+    """One process of a gloo group of 2: asks[rank] = {step: signal} it receives; writes each step's vote."""
+    import torch.distributed as dist
+
+    from cse_kit.train import preemption
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    vote, votes = preemption.StopVote(2), []
+    for step in range(1, 6):
+        if step in asks[rank]:
+            preemption.stop_after_this_step(asks[rank][step])
+        votes.append(preemption._stopped_by[-1] if vote.agreed() else 0)
+    dist.destroy_process_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(votes, f)
+
+
+def test_the_processes_of_a_run_stop_after_the_same_step_for_the_signal_one_of_them_received(tmp_path):
+    """A signal that reaches one process only stops every process after that step; SIGTERM outranks SIGUSR2."""
+    import torch.multiprocessing as mp
+
+    usr2, term = int(signal.SIGUSR2), int(signal.SIGTERM)
+    asks = {0: {4: usr2}, 1: {2: usr2, 4: term}}
+    mp.spawn(_vote, args=(29531, asks, str(tmp_path / "votes")), nprocs=2)
+    votes = [json.loads((tmp_path / f"votes.{rank}").read_text()) for rank in (0, 1)]
+    assert votes[0] == votes[1] == [0, usr2, 0, term, 0]

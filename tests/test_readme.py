@@ -34,6 +34,22 @@ def test_the_quick_start_fits_in_60_lines_and_every_command_says_how_long_it_tak
     assert len(blocks(section)) == 5 and len(re.findall(r"\d+ (?:s|min|minutes|CPU-seconds)\b", prose)) >= 6
 
 
+def setup_commands(block: str) -> list[str]:
+    """The commands of the set-up block, without their `# 1. install` comments."""
+    return [line.split("   # ")[0].rstrip() for line in block.strip().splitlines()]
+
+
+def test_ci_and_the_install_guide_run_the_readmes_two_set_up_commands_in_a_virtual_environment():
+    readme = setup_commands(block_with("# 1. install"))
+    assert len(readme) == 2 and readme[0].startswith("python3 -m venv .venv && . .venv/bin/activate && ")
+    assert readme[1] == "python -m pytest"
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert readme[0] in ci and ci[-1] == readme[1]  # set-up first, the tests last
+    [guide] = [b for b in blocks((REPO / "docs" / "install.md").read_text()) if "# 1. install" in b]
+    assert setup_commands(guide) == readme
+    assert "/.venv/" in (REPO / ".gitignore").read_text().splitlines()
+
+
 def test_the_readme_data_step_leaves_the_smoke_and_cpu_profiles_green(tmp_path):
     """The data step as written, into a fresh data folder, offline: `data status` of both profiles the kit runs
     without a GPU exits 0 (it once stopped at "missing or not verified ...: Licenses-ordered")."""

@@ -13,7 +13,7 @@ from cse_kit import results
 from cse_kit.papers import diffcse
 from cse_kit.paper import paper_table, paper_value
 from cse_kit.results import Pretrained, ResultStore, record_key
-from cse_kit.train.presets import build_config
+from cse_kit.train.presets import PROFILES, build_config
 
 from conftest import REPO, SHARED
 
@@ -366,3 +366,23 @@ if "transformers" in sys.modules:
     assert first.stdout.split()[-2:] == ["True", "True"], first.stdout  # it trained: imported, and quiet
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert again.stdout.split()[-1] == "False", again.stdout
+
+
+def test_a_record_made_before_the_sts_test_was_sampled_is_recomputed_never_shown(data_dir, tmp_path, monkeypatch,
+                                                                                 counted):
+    """A smoke store of the release before samples: its records' keys held no sample size, their STS test numbers
+    are of the whole sets. Under the sampled protocol the same subject gets another key and is recomputed."""
+    subject, store = Pretrained("smoke-bert", "avg", "smoke"), ResultStore(tmp_path, data_dir)
+    sampled = dict(PROFILES["smoke"]["report"])
+    for kind in results.SAMPLES:  # that release: no sample sizes, whole sets
+        monkeypatch.delitem(PROFILES["smoke"]["report"], kind)
+    old = store.get(subject, ("sts_test",))
+    assert "sample_per_subset" not in old["metrics"]["sts_test"]
+    for kind in results.SAMPLES:
+        monkeypatch.setitem(PROFILES["smoke"]["report"], kind, sampled[kind])
+    new = store.get(subject, ("sts_test",))
+    assert counted == ["sts_test", "sts_test"] and new["key"] != old["key"]
+    assert new["metrics"]["sts_test"]["sample_per_subset"] == sampled["sts_sample"]
+    assert new["metrics"]["sts_test"] != old["metrics"]["sts_test"]
+    assert store.record_path(old["key"]).is_file()  # left where it was, under a key no lookup reaches
+    assert store.has(subject, ("sts_test",)) and store.key(subject) == new["key"]

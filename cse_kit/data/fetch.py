@@ -81,6 +81,41 @@ def _check_tail(stream) -> None:
             raise tarfile.ReadError("unreadable data after the last member read (a damaged header)")
 
 
+class UnsafeMember(Exception):
+    """A tar member that would be placed outside the data directory, or is no plain file or folder."""
+
+    def __init__(self, member: str, why: str):
+        super().__init__(member, why)
+        self.member, self.why = member, why
+
+
+#: Why tarfile's "data" filter refuses a member (by the names of tarfile.FilterError's subclasses, which Pythons
+#: without extraction filters do not have).
+_UNSAFE = {"AbsolutePathError": "an absolute path", "OutsideDestinationError": "it would land outside the data "
+           "directory", "AbsoluteLinkError": "a link to an absolute path", "LinkOutsideDestinationError": "a link "
+           "out of the data directory", "SpecialFileError": "a device or other special file"}
+
+
+def _extract_data(t: tarfile.TarFile, dest: Path) -> None:
+    """Extract with tarfile's "data" filter (nothing outside dest, no devices, no links out of it). Pythons without
+    extraction filters (3.10.0-3.10.11, 3.11.0-3.11.3: Debian 12's system Python is 3.11.2) extract the archive
+    only if it holds plain files and folders inside dest, as every dataset archive does. UnsafeMember names the
+    member refused."""
+    if hasattr(tarfile, "data_filter"):
+        try:
+            t.extractall(dest, filter="data")
+        except tarfile.FilterError as e:
+            raise UnsafeMember(e.tarinfo.name, _UNSAFE.get(type(e).__name__, str(e))) from None
+        return
+    root = dest.resolve()
+    for member in t.getmembers():
+        if not (root / member.name).resolve().is_relative_to(root):
+            raise UnsafeMember(member.name, _UNSAFE["OutsideDestinationError"])
+        if not (member.isfile() or member.isdir()):
+            raise UnsafeMember(member.name, "not a plain file or folder")
+    t.extractall(dest)
+
+
 def unpack(archive: Path, dest: Path) -> None:
     """Unpack a tar(.gz), zip or .gz file, or copy a plain file or a folder, into dest."""
     name = archive.name
@@ -89,7 +124,7 @@ def unpack(archive: Path, dest: Path) -> None:
             shutil.copytree(archive, dest / name, symlinks=True)  # a link is another name of a file there
         elif tarfile.is_tarfile(archive):
             with tarfile.open(archive) as t:
-                t.extractall(dest, filter="data")
+                _extract_data(t, dest)
                 _check_tail(t.fileobj)
         elif zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
@@ -99,6 +134,10 @@ def unpack(archive: Path, dest: Path) -> None:
                 shutil.copyfileobj(src, out, CHUNK)
         else:
             shutil.copy2(archive, dest / name)
+    except UnsafeMember as e:  # the archive is whole: one member is refused
+        raise DataError(f"{archive} holds an unsafe path, member {e.member!r}: {e.why}; "
+                        "nothing was placed. Use the archive from the dataset's own source, or unpack it yourself "
+                        "and import the folder.") from None
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise DataError(f"{archive} is not a complete archive ({type(e).__name__}: {e}); it is truncated or "
                         "not a .tar(.gz)/.zip/.gz file: copy or download it again. Nothing was placed.") from None

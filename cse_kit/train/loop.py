@@ -38,6 +38,7 @@ from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, 
 from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
+from .preemption import StopVote
 from .presets import official_run, precision_words
 from .tracking import RunTrackers
 
@@ -51,19 +52,8 @@ class RunStateError(ValueError):
 
 
 class TrainingStopped(Exception):
-    """stop_after_this_step was called (a pre-empted worker job): the run saved a checkpoint and stopped; training
-    it again resumes there."""
-
-
-_stop_asked: list[bool] = []
-
-
-def stop_after_this_step() -> None:
-    """Ask the running training loop to save a checkpoint after its current step and raise TrainingStopped. It only
-    records the request, so a signal handler may call it: the loop acts between two steps, where the model, the
-    optimizers and the random states are consistent. For a run in one process (the parallel runner's workers):
-    across processes, each would have to ask at the same step."""
-    _stop_asked.append(True)
+    """A process of the run asked to stop (preemption.stop_after_this_step: a pre-empted job): every process saved
+    the checkpoint of the same step and stopped; training it again resumes there."""
 
 
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
@@ -426,6 +416,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
 
     last_dev = None
     objective.train()
+    stop_vote = StopVote(accelerator.num_processes)
     while state["step"] < total:
         t = time.perf_counter()
         stage = 1 if state["step"] < first_stage else 2
@@ -500,8 +491,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
             last_save[0] = time.monotonic()
         if state["stopped_early"]:
             break
-        if _stop_asked:
-            _stop_asked.clear()
+        if stop_vote.agreed():
             if checkpoint_step(checkpoint) != step:
                 check_loss()
                 save_checkpoint()
