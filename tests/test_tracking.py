@@ -4,6 +4,7 @@ TensorBoard's EventAccumulator, W&B's offline run file (its protobuf records), M
 import json
 import re
 import shutil
+import signal
 import struct
 import time
 from pathlib import Path
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from cse_kit.train import build_config, train
-from cse_kit.train.loop import TrainingStopped, stop_after_this_step
+from cse_kit.train.loop import TrainingStopped
+from cse_kit.train.preemption import stop_after_this_step
 from cse_kit.train.tracking import (
     LOG_WITH_ENV, STATE_FILE, chosen_trackers, folder_name, run_name, scalars,
 )
@@ -164,7 +166,7 @@ def test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_
                                                 "log_with": "tensorboard,wandb,mlflow"})
     said = []
     with pytest.raises(TrainingStopped):
-        train(cfg, progress=False, announce=lambda line: (said.append(line), stop_after_this_step()))
+        train(cfg, progress=False, announce=lambda line: (said.append(line), stop_after_this_step(signal.SIGTERM)))
     offline = [line for line in said if "W&B runs offline" in line]
     assert len(offline) == 1 and "not logged in" in offline[0] and str(run / "wandb" / "offline-run-") in offline[0]
     first_checkpoint = tmp_path / "checkpoint-1"
