@@ -177,7 +177,7 @@ def build_method(key: str, args, tokenizer):
     def generator(ref, data_dir=None):  # DiffCSE's (and ESimCSE's masked-prediction) generator, from its config
         return shape_encoder(args.shape, mlm=True, layers=6)
 
-    with mock.patch("cse_kit.mlm_head.load_generator", generator):
+    with mock.patch("cse_kit.methods.mlm_head.load_generator", generator):
         return cfg, build_objective(cfg, tokenizer, encoder)
 
 
@@ -185,7 +185,7 @@ def method_batches(cfg, tokenizer, args, nli: bool = False):
     """cse_kit.train.data.Batches over the repeated Wiki1M sample (or, nli, the SNLI triplets, 275,601 rows as NLI),
     in the method's template if it has one."""
     from cse_kit.data.registry import SNLI_TRIPLETS
-    from cse_kit.prompt import Template
+    from cse_kit.eval.prompt import Template
     from cse_kit.train.data import Batches, load_examples
 
     template = Template(tokenizer, cfg.template) if cfg.template else None

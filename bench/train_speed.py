@@ -32,7 +32,7 @@ from cse_kit.eval import DevEvaluator
 from cse_kit.models import resolve_reference
 from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
-from cse_kit.prompt import Template
+from cse_kit.eval.prompt import Template
 from cse_kit.train.loop import load_encoder
 
 
@@ -103,17 +103,19 @@ def esimcse_parts(esimcse, batch) -> dict:
     return timed, loop, max(ids.shape[1], pos_ids.shape[1])
 
 
-def promptbert_flop_ratio(promptbert, plain_width: int, templated_width: int, batch) -> float:
+def promptbert_flop_ratio(promptbert, simcse, plain_width: int, templated_width: int, batch) -> float:
     """Matmul FLOPs of a PromptBERT step over a SimCSE step on the same N sentences: both train the encoder on 2N
     sequences (SimCSE padded to plain_width, PromptBERT to templated_width: the template's tokens replace [CLS] and
-    [SEP]) and a d x d MLP on 2N vectors; PromptBERT adds its denoising rows, one empty template per distinct
+    [SEP]) and their d x d MLP on 2N vectors; PromptBERT adds its denoising rows, one empty template per distinct
     sentence length and template, forward and backward, as the encoder's rows. Template 2 differs from template 1 by
     a token at most, so its views are counted at templated_width."""
-    per_position = _nonembedding_params(promptbert.encoder)
     lengths = batch["attention_mask"][:, 0].sum(-1)
     rows = 2 * len(lengths)
     denoising = 2 * len(torch.unique(lengths)) * len(promptbert.template)
-    return (rows * templated_width + denoising) / (rows * plain_width)
+    prompt = _nonembedding_params(promptbert.encoder) * (rows * templated_width + denoising) \
+        + _linear_params(promptbert.mlp) * rows
+    plain = _nonembedding_params(simcse.encoder) * rows * plain_width + _linear_params(simcse.projector) * rows
+    return prompt / plain
 
 
 def consert_flop_ratio(consert, simcse, width: int, rows: int) -> float:
@@ -262,7 +264,8 @@ def main():
                     for name, step in steps.items()}
         if i >= 2:
             if "PromptBERT" in objectives:
-                prompt_ratios.append(promptbert_flop_ratio(objectives["PromptBERT"], batch["input_ids"].shape[-1],
+                prompt_ratios.append(promptbert_flop_ratio(objectives["PromptBERT"], objectives["SimCSE"],
+                                                           batch["input_ids"].shape[-1],
                                                            inputs["PromptBERT"]["input_ids"].shape[-1],
                                                            inputs["PromptBERT"]))
             fractions.append(projected_fraction(batch))

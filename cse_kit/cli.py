@@ -94,21 +94,22 @@ def cmd_eval(args) -> int:
     from .eval.encode import PROMPT_POOLERS
     from .io import write_json_atomic
     from .models import load_model, resolve_reference
-    from .train.export import max_length_of, prompt_reading_of
+    from .train.export import ExportSettings
 
     if args.benchmark == "mteb":
-        from .mteb_eval import resolve_tasks
+        from .eval.mteb_eval import resolve_tasks
 
         tasks = resolve_tasks(args.tasks)
     else:
         tasks = parse_tasks(args.tasks or "sts")  # fail on a typo before loading anything
     resolve_reference(args.model, args.data_dir)  # a path that does not exist is said to be one
-    pooler = args.pooler or _pooler_of(args.model)
+    stated = ExportSettings(args.model)
+    pooler = args.pooler or _pooler_of(args.model, stated)
     tokenizer, model = load_model(args.model, data_dir=args.data_dir)
-    reading = args.template or prompt_reading_of(args.model)
+    reading = args.template or stated.prompt
     if reading and not args.template and pooler in PROMPT_POOLERS:
         print(f"prompt reading {reading.describe()} (from {args.model}/cse_kit.json)")
-    max_length = args.max_length or max_length_of(args.model)
+    max_length = args.max_length or stated.max_length
     if max_length and not args.max_length:
         print(f"sentences cut at {max_length} tokens (from {args.model}/cse_kit.json; --max-length to change)")
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
@@ -129,7 +130,7 @@ def _eval_mteb(args, encoder, tasks) -> int:
     """MTEB through the mteb package, into the results store: a model this store trained adds to its run's record,
     any other to the record of (model, pooler)."""
     from .io import write_json_atomic
-    from .mteb_eval import format_table, version
+    from .eval.mteb_eval import format_table, version
     from .results import Pretrained, ResultStore
 
     store = ResultStore(args.results_dir, args.data_dir)
@@ -148,18 +149,16 @@ def _eval_mteb(args, encoder, tasks) -> int:
     return 0
 
 
-def _pooler_of(model: str) -> str:
-    """The pooler a kit-trained model was exported with, or the one a released checkpoint of the papers must be
-    evaluated with (cse_kit/papers/released.json); other models must say it."""
-    from pathlib import Path
-
+def _pooler_of(model: str, stated=None) -> str:
+    """The pooler a kit-trained model was exported with (stated: its ExportSettings), or the one a released
+    checkpoint of the papers must be evaluated with (cse_kit/papers/released.json); other models must say it."""
     from .papers.released import lookup
-    from .train.export import read_metadata
+    from .train.export import ExportSettings
 
-    meta = read_metadata(model) if Path(model).is_dir() else None
-    if meta and "pooler" in meta:
-        print(f"pooler {meta['pooler']} (from {model}/cse_kit.json)")
-        return meta["pooler"]
+    stated = stated or ExportSettings(model)
+    if stated.pooler:
+        print(f"pooler {stated.pooler} (from {model}/cse_kit.json)")
+        return stated.pooler
     entry = lookup(model)
     if entry:
         print(f"pooler {entry['pooler']} (released checkpoint of {entry['paper']}; source: {entry['source']})")
@@ -217,7 +216,7 @@ def _train_overrides(args) -> list[str]:
 
 
 def cmd_fit_mlm_head(args) -> int:
-    from .mlm_head import fit_mlm_head
+    from .methods.mlm_head import fit_mlm_head
     from .models import FITTED_MLM, fitted_mlm_dir
 
     names = {base: name for name, base in FITTED_MLM.items()}
@@ -241,13 +240,13 @@ def cmd_export_st(args) -> int:
 def cmd_report(args) -> int:
     import time
 
-    from .checkout import check_notebooks
-    from .stopping import stopping_together
+    from .report import build
+    from .report.checkout import check_notebooks
+    from .report.stopping import stopping_together
 
     if args.list:
         return cmd_status(args)
-    check_notebooks()  # before the heavy imports: a plain `pip install .` is refused at once
-    from .report import build
+    check_notebooks()  # a plain `pip install .` is refused before anything runs
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
@@ -260,9 +259,9 @@ def cmd_report(args) -> int:
 
         chosen_trackers(args.log_with)  # an unknown name is refused here, not in every notebook
         os.environ[LOG_WITH_ENV] = args.log_with
-    from .parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
+    from .results.parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
 
-    if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.parallel)
+    if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
         import os
 
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
@@ -339,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "through the mteb package (pip install -e '.[mteb]'), results into the results store")
     p.add_argument("--tasks", help="SentEval: sts, transfer, all, or comma-separated names (default sts). MTEB: "
                                    "comma-separated task or benchmark names; default: a CPU selection of 12 English "
-                                   "tasks (cse_kit.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English benchmark")
+                                   "tasks (cse_kit.eval.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English benchmark")
     p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
                    help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
                         "transfer config (kfold 5, rmsprop); dev: dev numbers, fast config")

@@ -1,16 +1,20 @@
-"""What a result was computed with: recorded beside every number."""
+"""What a result was computed with: recorded beside every number (the machine, the versions, the code)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import platform
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import __version__
+
+PACKAGE = Path(__file__).resolve().parent
 
 
 def describe(device: str | torch.device | None = None) -> dict:
@@ -27,6 +31,20 @@ def describe(device: str | torch.device | None = None) -> dict:
     else:
         env["cpu"] = platform.processor() or platform.machine()
     return env
+
+
+def source_digest(parts=(".",), leave_out=()) -> str:
+    """Digest of the package's Python sources under parts (folders or files, relative to the package), but for the
+    files in leave_out (relative to the package): each file's path and content."""
+    digest = hashlib.sha256()
+    skipped = {PACKAGE / path for path in leave_out}
+    for part in parts:
+        root = PACKAGE / part
+        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+            if path not in skipped:
+                digest.update(str(path.relative_to(PACKAGE)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def keep_freed_memory() -> bool:

@@ -29,7 +29,7 @@
 
 # %% tags=["parameters"]
 profile: str = "auto"  # paper (GPU + Hub), cpu (all-MiniLM-L6-v2, offline), smoke (tiny models); auto: paper with a GPU
-seeds: list = []  # training seeds; empty: this comparison's (paper 5, cpu 3, smoke 2: cse_kit.comparison.SEEDS)
+seeds: list = []  # training seeds; empty: this comparison's (paper 5, cpu 3, smoke 2: cse_kit.papers.comparison.SEEDS)
 data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
 results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results
 force: bool = False  # retrain and re-evaluate even when a finished run exists
@@ -43,7 +43,9 @@ level: float = 0.05  # significance level of both tests
 # %%
 from IPython.display import display
 
-from cse_kit import comparison as cmp, experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.papers import comparison as cmp
 
 ex.check_parameters()
 

@@ -40,8 +40,9 @@ sentences: int = 1000  # STS-B dev sentences δ and κ are measured on
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
-from cse_kit.paper import paper_figure
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.data.published import paper_figure
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -33,8 +33,9 @@ lengths: list = []  # prefix lengths l; empty: the profile's grid (paper: 1, 2, 
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
-from cse_kit.paper import paper_figure
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.data.published import paper_figure
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -37,8 +37,9 @@ snapshot_steps: int = 0  # stage-1 steps between prefix snapshots (Figure 3); 0:
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
-from cse_kit.paper import paper_figure
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.data.published import paper_figure
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

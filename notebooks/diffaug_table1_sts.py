@@ -38,8 +38,9 @@ alphas: list = []  # ConSERT_joint's α grid; empty: the profile's (as Table 6, 
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
-from cse_kit.paper import average_mismatches
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.data.published import average_mismatches
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -42,7 +42,8 @@ alphas: list = []  # the `_joint` baselines' α grid; empty: the profile's (as T
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -37,7 +37,8 @@ recipe: str = "paper"  # DiffAug recipe: paper | official-code
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -35,7 +35,8 @@ window: int = 0  # main-stage steps timed per run; 0: the profile's (cse_kit.pap
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -36,8 +36,9 @@ baselines: list = ["ConSERT", "SimCSE", "PromptBERT"]  # the methods the strateg
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
-from cse_kit.paper import average_mismatches
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.data.published import average_mismatches
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

@@ -34,7 +34,8 @@ aux_weight: float = None  # run only this α, e.g. -p aux_weight 0.001; None run
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffaug
 
 ex.check_parameters()

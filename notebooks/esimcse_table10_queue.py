@@ -30,7 +30,8 @@ queue_factor: float = None  # run only this one, e.g. papermill -p queue_factor 
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import esimcse
 
 ex.check_parameters()

@@ -40,7 +40,8 @@ absolute: bool = True  # |cos − gold| (True) or the signed cos − gold (False
 import pandas as pd
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import esimcse
 
 ex.check_parameters()

@@ -32,7 +32,8 @@ backbone: str = None  # run only this backbone, e.g. -p backbone bert; None runs
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import esimcse
 
 ex.check_parameters()

@@ -33,7 +33,8 @@ extension: str = None  # run only this row, e.g. -p extension "+Word Repetition"
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import esimcse
 
 ex.check_parameters()

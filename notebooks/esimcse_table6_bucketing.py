@@ -32,7 +32,8 @@ bucket: str = None  # run only this setting, e.g. -p bucket 5; None runs all
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import esimcse
 
 ex.check_parameters()

@@ -40,7 +40,8 @@ query_seed: int = 0  # seed of the query order and the candidate draws
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.data import load_corpus
 from cse_kit.papers import esimcse
 

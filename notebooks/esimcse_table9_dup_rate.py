@@ -30,7 +30,8 @@ dup_rate: float = None  # run only this rate, e.g. papermill -p dup_rate 0.32; N
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import esimcse
 
 ex.check_parameters()

@@ -35,8 +35,9 @@ geometry: str = "sts-filter"  # sts-filter (SCD's official code) | wang-isola (n
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
-from cse_kit.paper import paper_spec
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
+from cse_kit.data.published import paper_spec
 from cse_kit.papers import scd
 
 ex.check_parameters()

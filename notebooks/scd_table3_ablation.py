@@ -30,7 +30,8 @@ recipe: str = "paper"  # SCD recipe: paper | official-code | released-checkpoint
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import scd
 
 ex.check_parameters()

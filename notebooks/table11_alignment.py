@@ -30,9 +30,10 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
-from cse_kit.paper import paper_table
+from cse_kit.data.published import paper_table
 
 ex.check_parameters()
 

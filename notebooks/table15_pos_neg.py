@@ -33,7 +33,8 @@ edits: list = ["replace", "insert", "delete"]  # MLM 15%, random insert 15%, ran
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

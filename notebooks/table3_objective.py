@@ -37,7 +37,8 @@ variant: str = ""  # run only this row besides SimCSE, e.g. papermill -p variant
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

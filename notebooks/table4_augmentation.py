@@ -33,7 +33,8 @@ edit: str = ""  # run only this edit, e.g. papermill -p edit insert
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

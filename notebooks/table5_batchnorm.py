@@ -28,7 +28,8 @@ force: bool = False  # retrain and re-evaluate even when a finished run exists
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

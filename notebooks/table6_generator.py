@@ -31,7 +31,8 @@ generator: str = None  # run only this generator, e.g. -p generator bert-tiny; N
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

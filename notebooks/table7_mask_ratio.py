@@ -30,7 +30,8 @@ mask_ratio: float = None  # run only this ratio, e.g. -p mask_ratio 0.3; None ru
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

@@ -31,7 +31,8 @@ lam: float = None  # run only this λ, e.g. papermill -p lam 0.005; None runs th
 # %%
 from IPython.display import display
 
-from cse_kit import experiments as ex, plots
+from cse_kit import experiments as ex
+from cse_kit.experiments import plots
 from cse_kit.papers import diffcse
 
 ex.check_parameters()

@@ -32,7 +32,7 @@ from IPython.display import display
 
 from cse_kit import experiments as ex
 from cse_kit.papers import diffcse
-from cse_kit.paper import paper_examples
+from cse_kit.data.published import paper_examples
 
 ex.check_parameters()
 

@@ -1,4 +1,4 @@
-"""The head-to-head of every method (cse_kit.comparison): its rows share the papers' runs, and its statistics are
+"""The head-to-head of every method (cse_kit.papers.comparison): its rows share the papers' runs, and its statistics are
 right on constructed data where the answer is known: identical methods never differ significantly, a shifted one
 is detected, by the paired test over seeds and by the paired bootstrap over STS pairs."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cse_kit import comparison as cmp
+from cse_kit.papers import comparison as cmp
 from cse_kit.experiments import ParameterError
 from cse_kit.results import record_key
 

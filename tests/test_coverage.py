@@ -4,7 +4,7 @@ import json
 import math
 
 from cse_kit import cli, report
-from cse_kit.paper import artefacts
+from cse_kit.data.published import artefacts
 from cse_kit.papers import PAPERS, all_notebooks
 
 
@@ -92,7 +92,7 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
 
 
 def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_notebooks_reproduce():
-    from cse_kit.paper import paper_table
+    from cse_kit.data.published import paper_table
     from cse_kit.papers import notebooks, paper_module
 
     for key in PAPERS:
@@ -110,10 +110,10 @@ def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_not
 def test_the_page_names_the_machine_paths_a_notebook_printed(tmp_path):
     results, data = tmp_path / "store", tmp_path / "data"
     paths = report.machine_paths(results, data)
-    text = (f"output {results}/runs/ab12; {report.ROOT}/cse_kit/results.py:276: UserWarning: x; "
+    text = (f"output {results}/runs/ab12; {report.ROOT}/cse_kit/results/:276: UserWarning: x; "
             f"missing from {data}: see https://example.org{data}/x, {data}2 and {report.ROOT}ly")
     assert report.without_machine_paths(text, paths) == (
-        "output <results-dir>/runs/ab12; <cse-kit>/cse_kit/results.py:276: UserWarning: x; "
+        "output <results-dir>/runs/ab12; <cse-kit>/cse_kit/results/:276: UserWarning: x; "
         f"missing from <data-dir>: see https://example.org{data}/x, {data}2 and {report.ROOT}ly")
     inside = report.machine_paths(report.ROOT / "reports" / "results", data)  # the default store, inside the kit
     assert report.without_machine_paths(f"{report.ROOT}/reports/results/runs/a", inside) == "<results-dir>/runs/a"
@@ -125,7 +125,7 @@ def test_rows_a_profile_cannot_run_give_one_reason_per_cause_with_the_count_and_
     offline checkpoint on the smoke profile", eight "needs the Hub: ...")."""
     from cse_kit import experiments as ex
     from cse_kit.papers import diffcse, esimcse
-    from cse_kit.render import not_run_notes
+    from cse_kit.experiments.render import not_run_notes
 
     s = ex.setup("smoke", [1], results_dir=str(tmp_path))
 

@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from cse_kit.eval.encode import Encoder
+from cse_kit.eval.prompt import PROMPTBERT_BERT, Template
 from cse_kit.io import recover_dir
-from cse_kit.prompt import PROMPTBERT_BERT, Template
 from cse_kit.train import PRESETS, build_config, train
 from cse_kit.train.loop import checkpoint_step
 
@@ -118,7 +118,7 @@ def test_resume_after_kill_9_in_each_stage_ends_like_an_uninterrupted_run(data_d
 
 def test_an_exported_diffaug_model_is_evaluated_with_no_flags_and_refused_by_export_st(data_dir, tmp_path):
     from cse_kit.models import load_model
-    from cse_kit.prefix import PrefixedEncoder
+    from cse_kit.models.prefix import PrefixedEncoder
     from cse_kit.train.export import export_sentence_transformers
 
     train(_cfg(data_dir, tmp_path, "diffaug-semi-bert"), progress=False)
@@ -146,7 +146,7 @@ def test_an_official_bertforcl_checkpoint_loads_with_its_prefix(tiny_bert, tmp_p
     with the official names): the kit evaluates the encoder with the prefix its PrefixEncoder produces."""
     from cse_kit.models import load_model
     from cse_kit.papers.released import lookup
-    from cse_kit.prefix import PrefixedEncoder
+    from cse_kit.models.prefix import PrefixedEncoder
 
     tokenizer, bert = tiny_bert
     hidden, layers, positions = bert.config.hidden_size, bert.config.num_hidden_layers, 16

@@ -12,13 +12,13 @@ import torch
 from accelerate.utils import set_seed
 from safetensors.torch import load_file
 
-from cse_kit.augmentation import AdaptedEncoder
+from cse_kit.models.adapters import AdaptedEncoder
 from cse_kit.eval import DevEvaluator
 from cse_kit.eval.encode import pad_ids
 from cse_kit.methods.diffaug import DiffAug
 from cse_kit.models import load_model
-from cse_kit.prefix import PrefixedEncoder
-from cse_kit.prompt import PROMPTBERT_BERT, Template
+from cse_kit.models.prefix import PrefixedEncoder
+from cse_kit.eval.prompt import PROMPTBERT_BERT, Template
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import STAGE1_FILE, build_objective, load_encoder
 

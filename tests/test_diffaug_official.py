@@ -1,4 +1,4 @@
-"""DiffAug's objective in the kit (cse_kit/methods/diffaug.py, cse_kit/prefix.py, cse_kit/prompt.py) against an
+"""DiffAug's objective in the kit (cse_kit/methods/diffaug.py, cse_kit/models/prefix.py, cse_kit/eval/prompt.py) against an
 independent float64 restatement of the official code (TianduoWang/DiffAug@e6292b6), on identical weights.
 
 Restated here, without calling the kit:
@@ -28,8 +28,8 @@ import torch
 from cse_kit.eval.encode import Encoder
 from cse_kit.methods.diffaug import DiffAug
 from cse_kit.models import build_smoke_model
-from cse_kit.prefix import PrefixedEncoder, encode_with_prefix
-from cse_kit.prompt import Template
+from cse_kit.models.prefix import PrefixedEncoder, encode_with_prefix
+from cse_kit.eval.prompt import Template
 
 from conftest import rerandomize
 

@@ -4,7 +4,7 @@ shared across tables (trained once), and the numbers the kit cites instead of tr
 import pytest
 
 from cse_kit.experiments import RELEASED_SUFFIX, ParameterError
-from cse_kit.paper import paper_table
+from cse_kit.data.published import paper_table
 from cse_kit.papers import diffaug
 from cse_kit.results import record_key
 from cse_kit.train.presets import build_config
@@ -170,7 +170,7 @@ def test_best_on_dev_keeps_the_candidate_with_the_best_mean_dev_score_in_the_gro
 
 
 def test_the_printed_averages_that_are_not_the_mean_of_their_cells_are_named_with_both_values():
-    from cse_kit.paper import average_mismatches
+    from cse_kit.data.published import average_mismatches
 
     lines = average_mismatches(6, "diffaug")
     assert lines == ["DiffAug Table 6, PromptBERT_joint: the paper prints Avg. 79.81; its cells average to 79.57",

@@ -441,7 +441,7 @@ def test_table9_single_dup_rate_shows_the_papers_value(tmp_path, data_dir):
 
 def test_table_rows_share_runs_and_follow_the_paper():
     from cse_kit.papers import esimcse
-    from cse_kit.paper import paper_table
+    from cse_kit.data.published import paper_table
 
     t9 = {r.label: r for r in esimcse.table9_rows(esimcse.DUP_RATES)}
     assert list(t9) == list(paper_table(9, "esimcse").columns)

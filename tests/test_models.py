@@ -34,7 +34,7 @@ def test_uncached_hub_id_offline_names_the_fix():
 
 
 def test_fitted_mlm_head_is_made_on_first_use_then_found_in_the_given_data_dir(tmp_path, data_dir, monkeypatch):
-    from cse_kit import mlm_head
+    from cse_kit.methods import mlm_head
 
     with pytest.raises(ModelNotFoundError, match=f"fit-mlm-head --model all-MiniLM-L6-v2 --data-dir {tmp_path}` "
                                                  "makes it"):

@@ -1,4 +1,4 @@
-"""MTEB through the mteb package (cse_kit.mteb_eval), offline: MTEB tasks defined here over the kit's own local data
+"""MTEB through the mteb package (cse_kit.eval.mteb_eval), offline: MTEB tasks defined here over the kit's own local data
 (STS-B test pairs, SST-2 sentences) run through mteb's own evaluation; kit models with a template, a prefix or
 adapters give through the wrapper the vectors `cse-kit eval` gives; the results store keeps the results and
 compare_methods shows them; a task whose data are not cached is refused in one line."""
@@ -13,16 +13,17 @@ from datasets import Dataset, DatasetDict
 from mteb.abstasks import AbsTaskClassification
 from mteb.abstasks.sts import AbsTaskSTS
 
-from cse_kit import cli, mteb_eval
-from cse_kit import comparison as cmp
-from cse_kit.augmentation import AdaptedEncoder, HoulsbyAdapters
+from cse_kit import cli
+from cse_kit.eval import mteb_eval
+from cse_kit.papers import comparison as cmp
+from cse_kit.models.adapters import AdaptedEncoder, HoulsbyAdapters
 from cse_kit.data import load_classification, load_sts
 from cse_kit.eval import Encoder
 from cse_kit.eval.sts import correlations, pair_scores, sample_pairs
 from cse_kit.eval.transfer import sample_records
 from cse_kit.models import build_smoke_model, load_model
-from cse_kit.prefix import PrefixedEncoder
-from cse_kit.prompt import PROMPTBERT_BERT
+from cse_kit.models.prefix import PrefixedEncoder
+from cse_kit.eval.prompt import PROMPTBERT_BERT
 from cse_kit.results import ResultStore
 from cse_kit.train import build_config
 from cse_kit.train.export import export_encoder, read_metadata

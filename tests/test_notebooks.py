@@ -18,7 +18,7 @@ import pytest
 
 from cse_kit import report
 from cse_kit.experiments import TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV
-from cse_kit.paper import paper_table
+from cse_kit.data.published import paper_table
 
 from conftest import REPO, run_notebook
 
@@ -177,7 +177,7 @@ def test_diffaug_table6_shows_the_papers_consert_joint_beside_ours_and_the_alpha
 
 
 def test_compare_methods_shows_seeds_significance_and_cost_on_smoke(tmp_path, data_dir, results_dir):
-    from cse_kit import comparison as cmp
+    from cse_kit.papers import comparison as cmp
     from cse_kit.results import ResultStore
     from test_mteb import sts_task
 

@@ -22,7 +22,7 @@ from cse_kit.eval.encode import pad_ids
 from cse_kit.methods.diffaug import DiffAug
 from cse_kit.methods.promptbert import PromptBERT
 from cse_kit.models import build_smoke_model
-from cse_kit.prompt import Template
+from cse_kit.eval.prompt import Template
 from cse_kit.train.config import OFFICIAL_OPTIMIZERS, VARIANT_FIELDS
 from cse_kit.train.optim import LegacyAdamW, build_optimizer
 from cse_kit.train.presets import OFFICIAL_RUNS, PRESETS, build_config, official_run, variant_of

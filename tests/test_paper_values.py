@@ -531,7 +531,7 @@ def test_a_label_that_names_different_runs_has_a_setting_in_each_table(values):
 
 
 def test_an_ambiguous_label_needs_its_setting():
-    from cse_kit.paper import paper_setting, paper_value
+    from cse_kit.data.published import paper_setting, paper_value
 
     with pytest.raises(KeyError, match=r"pass setting='semi-supervised, w/ aux loss'.*Table 1: 'semi-supervised, w/o"):
         paper_value(2, "DiffAug (ours)", "100%", "diffaug")
@@ -547,7 +547,7 @@ def test_an_ambiguous_label_needs_its_setting():
 
 
 def test_an_unambiguous_label_needs_no_setting():
-    from cse_kit.paper import paper_setting, paper_value
+    from cse_kit.data.published import paper_setting, paper_value
 
     assert paper_value(1, "DiffCSE", "Avg.", "diffaug") == 78.49
     assert paper_value(1, "DiffAug (ours) w/ aux loss", "Avg.", "diffaug") == 80.61

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from cse_kit import experiments as ex
-from cse_kit import parallel
+from cse_kit.results import parallel
 from cse_kit.results import Pretrained, ResultStore
 from cse_kit.train.presets import build_config
 

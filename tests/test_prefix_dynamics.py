@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from cse_kit.eval import prefix_dynamics
 from cse_kit.eval.prefix_dynamics import (dropout_divergence, representation_divergence, snapshot_path,
                                           stage1_dynamics, weight_convergence)
-from cse_kit.prefix import encode_with_prefix
-from cse_kit.prompt import PROMPTBERT_BERT, Template
+from cse_kit.models.prefix import encode_with_prefix
+from cse_kit.eval.prompt import PROMPTBERT_BERT, Template
 from cse_kit.train import build_config, train
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run through the snow, chasing a red ball!", "The cat sleeps."]

@@ -19,8 +19,8 @@ from conftest import REPO
 def test_fitting_an_mlm_head_and_tokenizing_in_papermill_report_on_the_terminal_and_leave_one_line_each(
         tmp_path, data_dir):
     cells = [
-        "import cse_kit.experiments  # as every notebook's first cell\nfrom cse_kit.train import loop\n"
-        "loop.STATUS_SECONDS = 0  # a status line after every update",
+        "import cse_kit.experiments  # as every notebook's first cell\nfrom cse_kit import progress\n"
+        "progress.STATUS_SECONDS = 0  # a status line after every update",
         "from cse_kit.data import load_corpus\nfrom cse_kit.models import load_model\n"
         "from cse_kit.train.data import tokenize\n"
         f"data_dir = {str(data_dir)!r}\n"

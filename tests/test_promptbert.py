@@ -11,9 +11,9 @@ import torch
 from cse_kit.eval.encode import Encoder, pad_ids
 from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, rewrap
 from cse_kit.models import build_smoke_model, load_model
-from cse_kit.prompt import Template, first_position, mask_states
+from cse_kit.eval.prompt import Template, first_position, mask_states
 from cse_kit.train import PRESETS, build_config, train
-from cse_kit.train.export import prompt_reading_of
+from cse_kit.train.export import ExportSettings
 
 PROMPTBERT_PRESETS = [p for p, (_, s) in PRESETS.items() if s["method"] == "promptbert"]
 SENTENCES = ["A man is playing a guitar.", "Two dogs run through the snow, chasing a red ball!", "The cat sleeps."]
@@ -125,7 +125,7 @@ def test_every_promptbert_preset_trains_on_the_smoke_profile_and_evaluates_as_it
     assert not (run / "model" / "prompt_head.safetensors").exists()
     tokenizer, model = load_model(str(run / "model"))
     assert type(model).__name__ == ("RobertaModel" if "roberta" in preset else "BertModel")
-    reading = prompt_reading_of(run / "model")
+    reading = ExportSettings(run / "model").prompt
     template = Template(tokenizer, reading.template)
     got = Encoder(model, tokenizer, meta["pooler"], progress=False, template=reading).encode(SENTENCES)
     ids, mask = pad_ids([tokenizer(template.wrap_text(s))["input_ids"] for s in SENTENCES], tokenizer.pad_token_id)
@@ -147,7 +147,7 @@ def test_official_code_run_selects_on_the_dev_vector_and_exports_the_test_readin
     template, no period, denoised, through the MLP), which the test reading does not reproduce (RoBERTa's text fill
     gives the sentence's first word a leading-space piece)."""
     from cse_kit.eval.dev import DevEvaluator
-    from cse_kit.prompt import PromptReading
+    from cse_kit.eval.prompt import PromptReading
 
     cfg = build_config("promptroberta-sup-roberta", "smoke", {"output_dir": str(tmp_path / "run"),
                                                               "data_dir": str(data_dir),
@@ -158,7 +158,7 @@ def test_official_code_run_selects_on_the_dev_vector_and_exports_the_test_readin
     assert meta["prompt"] == {"template": cfg.template, "fill": "text", "append_period": True,
                               "denoise_positions": "from-zero", "head": "mlp"}
     tokenizer, model = load_model(str(model_dir))
-    test = prompt_reading_of(model_dir)
+    test = ExportSettings(model_dir).prompt
     dev = PromptReading(cfg.template, fill="ids", head=test.head, head_kind="mlp")
     score = DevEvaluator(tokenizer, "prompt_mask_denoised", str(data_dir), template=dev)(model)["stsb_spearman"]
     assert score == pytest.approx(meta["dev"]["stsb_spearman"], abs=1e-6)

@@ -1,4 +1,4 @@
-"""PromptBERT's objective in the kit (cse_kit/methods/promptbert.py, cse_kit/prompt.py) against an independent float64
+"""PromptBERT's objective in the kit (cse_kit/methods/promptbert.py, cse_kit/eval/prompt.py) against an independent float64
 restatement of the official code (kongds/Prompt-BERT@690ba6ef3a1d954c24d9a992ff8e339816866a05), on identical weights.
 
 Restated here, without calling the kit:
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from cse_kit.eval.encode import Encoder, pad_ids
 from cse_kit.methods.promptbert import TEMPLATES, PromptBERT, first_position, rewrap
 from cse_kit.models import build_smoke_model
-from cse_kit.prompt import PromptReading, Template
+from cse_kit.eval.prompt import PromptReading, Template
 
 from conftest import rerandomize
 
@@ -518,11 +518,11 @@ def _relative(a, b):
 @pytest.mark.parametrize("supervised", [False, True], ids=["unsup", "sup"])
 def test_official_code_export_is_read_as_evaluation_py(backbone, supervised, tmp_path):
     """official-code: the export's cse_kit.json and head, read back as `cse-kit eval --model` reads them
-    (load_model, prompt_reading_of), give evaluation.py's vector with run.sh's eargs: the period of :201, the trained
+    (load_model, ExportSettings.prompt), give evaluation.py's vector with run.sh's eargs: the period of :201, the trained
     head of the supervised scripts (sup-bert: T(h) - T(delta) with the trained transform, :104-117, 295-302;
     sup-roberta: the trained MLP after the subtraction, renamed pooler by run.sh:175-200, :305-307)."""
     from cse_kit.models import load_model
-    from cse_kit.train.export import export_encoder, prompt_reading_of
+    from cse_kit.train.export import ExportSettings, export_encoder
 
     name, tokenizer, _ = backbone
     kit = _kit(backbone, supervised, "official-code", test="official")
@@ -535,7 +535,7 @@ def test_official_code_export_is_read_as_evaluation_py(backbone, supervised, tmp
                               "denoise_positions": "from-zero", "head": head}
     assert (tmp_path / "model" / "prompt_head.safetensors").is_file() == supervised
     loaded_tokenizer, loaded = load_model(str(tmp_path / "model"))
-    got = _encode(loaded.double(), loaded_tokenizer, meta["pooler"], prompt_reading_of(tmp_path / "model"),
+    got = _encode(loaded.double(), loaded_tokenizer, meta["pooler"], ExportSettings(tmp_path / "model").prompt,
                   EVAL_SENTENCES)
     with torch.no_grad():
         want, _ = official.batcher(OFFICIAL_TEMPLATES[name][0], EVAL_SENTENCES, **_reading_flags(name, supervised))

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from cse_kit import render
+from cse_kit.experiments import render
 
 
 @pytest.mark.parametrize("value,shown", [(7e-6, "7e-06"), (0.005, "0.005"), (0.0001, "0.0001"), (64, "64"),
@@ -60,7 +60,7 @@ def _sweep(mean):
     import matplotlib
 
     matplotlib.use("Agg")
-    from cse_kit import plots
+    from cse_kit.experiments import plots
 
     return plots.sweep(pd.DataFrame({"row": ["0", "0.005", "0.1"], "column": "STS-B", "paper": [82.22, 84.56, 83.66],
                                      "mean": mean, "std": [0.01, 0.02, math.nan]}), "λ", "Table 8")
@@ -97,7 +97,7 @@ def _assert_apart_and_inside(ax, boxes, inside):
 def test_scatter_labels_of_coincident_points_neither_overprint_nor_leave_the_figure(figure):
     """A collapsed smoke profile puts several models on one spot, at the right edge: they share one label, a name
     per line, instead of four labels fanned around one point (SCD Figure 2) or two at (0, 0) (DiffCSE Table 11)."""
-    from cse_kit import plots
+    from cse_kit.experiments import plots
 
     same = (0.0002, -0.0004)
     names = ["BERT-base [CLS]", "SimCSE-BERT-base", "DiffCSE-BERT-base", "SCD-BERT-base"]
@@ -115,7 +115,7 @@ def test_scatter_labels_of_coincident_points_neither_overprint_nor_leave_the_fig
 
 def test_scatter_labels_of_nearby_points_take_free_spots():
     """The paper profile's Table 11: each of our points beside the paper's, six labels in a small area."""
-    from cse_kit import plots
+    from cse_kit.experiments import plots
 
     paper = {"Avg. BERT-base": (0.172, -1.47), "SimCSE-BERT-base": (0.177, -2.31), "DiffCSE-BERT-base": (0.097, -1.44)}
     ours = {"Avg. BERT-base": (0.17, -1.45), "SimCSE-BERT-base": (0.18, -2.3), "DiffCSE-BERT-base": (0.1, -1.42)}
@@ -128,7 +128,7 @@ def test_figure2_ticks_are_plain_numbers_without_an_offset():
     """A collapsed smoke model's cosines all lie in [0.99997, 1]: no `1e−5+9.999e−1` under the axis."""
     import numpy as np
 
-    from cse_kit import plots
+    from cse_kit.experiments import plots
 
     values = list(np.linspace(0.99997, 0.99999, 50))
     fig = plots.gold_bins({m: {"0-1": {"values": values, "n": 50}, "4-5": {"values": values, "n": 50}}

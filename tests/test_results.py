@@ -11,7 +11,7 @@ import pytest
 from cse_kit import experiments as ex
 from cse_kit import results
 from cse_kit.papers import diffcse
-from cse_kit.paper import paper_table, paper_value
+from cse_kit.data.published import paper_table, paper_value
 from cse_kit.results import Pretrained, ResultStore, record_key
 from cse_kit.train.presets import PROFILES, build_config
 

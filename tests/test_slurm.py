@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from cse_kit import parallel
+from cse_kit.results import parallel
 from cse_kit.results import ResultStore
 from cse_kit.train.config import TrainConfig
 from cse_kit.train.presets import build_config

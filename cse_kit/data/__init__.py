@@ -1,4 +1,5 @@
-"""The data layer: a registry of every dataset the papers use, loaders into typed records, download/import/verify."""
+"""The data layer: a registry of every dataset the papers use, loaders into typed records, download/import/verify; the
+papers' published numbers (published.py)."""
 
 from .fetch import ImportRefused, download, import_path, status, verify
 from .first_use import (

@@ -10,7 +10,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from ..prompt import (PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths,
+from .prompt import (PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths,
                       with_period)
 
 #: name -> what it reads off the model. The pooler is part of every result; it is never guessed.
@@ -128,8 +128,8 @@ class Encoder:
     transfer accuracy by up to 0.8 points on an H100), and then recorded with the result.
 
     The prompt poolers read `template`: a template text (filled with text, denoised from position 0, no head: the
-    official evaluation.py's defaults) or a PromptReading (cse_kit.prompt), as a kit-trained model's cse_kit.json
-    states it (cse_kit.train.export.prompt_reading_of)."""
+    official evaluation.py's defaults) or a PromptReading (cse_kit.eval.prompt), as a kit-trained model's cse_kit.json
+    states it (cse_kit.train.export.ExportSettings)."""
 
     def __init__(self, model, tokenizer, pooler: str, *, batch_size: int = 128, max_tokens: int | None = None,
                  max_length: int | None = None, device: str | torch.device | None = None, amp: bool = False,

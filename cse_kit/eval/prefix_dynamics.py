@@ -17,7 +17,7 @@ The paper leaves open, and this module chooses:
 * K_m are the layer-m keys of the templated sentence's real tokens (template included, padding excluded), encoded
   through the prefix being measured: the key projection of the layer's input hidden states. Rows are d-dimensional
   (all heads concatenated), as the prefix rows P_k^m, which are read from the table as the encoder's cache reads
-  them (cse_kit.prefix.prefix_cache). κ is averaged over the sentences and over the two prefixes (each sentence
+  them (cse_kit.models.prefix.prefix_cache). κ is averaged over the sentences and over the two prefixes (each sentence
   through θ1 against rows 0..l-1 of the table, and through θ2 against rows l..2l-1).
 
 Snapshots of stage 1 are written by the training loop (`stage1_snapshot_steps`) as `<run>/stage1/step-<n>.safetensors`;
@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 
 from ..io import write_json_atomic
+from ..models.prefix import encode_with_prefix, prefix_half_mask
 from .encode import pad_ids
-from ..prefix import encode_with_prefix, prefix_half_mask
-from ..prompt import Template, mask_states
+from .prompt import Template, mask_states
 
 #: The run's folder of stage-1 snapshots, and the cache of their measures inside it.
 SNAPSHOT_DIR = "stage1"

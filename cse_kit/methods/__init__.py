@@ -2,11 +2,11 @@
 discriminator, heads); `.encoder` is the plain Hugging Face model that gets exported."""
 
 from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
-from ..masking import mlm_corrupt
 from .consert import ConSERT
 from .diffaug import DiffAug
 from .diffcse import DiffCSE
 from .esimcse import ESimCSE
+from .masking import mlm_corrupt
 from .promptbert import PromptBERT
 from .scd import SCD
 from .simcse import SimCSE

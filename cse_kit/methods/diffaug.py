@@ -4,7 +4,7 @@ of NLI pairs, the anchor through prefix 1, the hypothesis through prefix 2 (enta
 tunes everything with InfoNCE between the two prefix views (semi-supervised: Wiki1M, optionally + α · the stage-1
 loss on NLI batches; supervised: NLI entailment positives and contradiction hard negatives).
 
-The sentence vector is PromptBERT's [MASK] state (cse_kit.prompt), template-denoised in stage 2 and passed through a
+The sentence vector is PromptBERT's [MASK] state (cse_kit.eval.prompt), template-denoised in stage 2 and passed through a
 training-only MLP, as the official scripts (`--apply_template_delta_train --mlp_train`). The two prefixes are the two
 halves of one table of 2l positions, chosen per row by the attention mask (diffaug/models.py:194-229); at test time
 every row attends all 2l, without dropout, denoising or MLP (models.py:374-399, evaluation.py:63-94).
@@ -16,17 +16,17 @@ Table 3's variants (§4.4, Appendix F) are settings. `prefix_mode`: "different" 
 the whole table of 2l positions: one prefix for both views, the same 0.3% of parameters, and training attends what
 the test model attends), "fix" (stage 2 leaves the prefixes as stage 1 made them), "tuning" (the encoder frozen in
 both stages: prefix-tuning). `augmentation_module` "adapter" or "lora" (rank `module_rank`) replaces the prefixes by
-two sets of Houlsby adapters or of LoRA, one per view (cse_kit.augmentation), and tests with their average."""
+two sets of Houlsby adapters or of LoRA, one per view (cse_kit.models.adapters), and tests with their average."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ..augmentation import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, lora_view, lora_weights,
+from ..eval.prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
+from ..models.adapters import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, lora_view, lora_weights,
                             merged_lora_average)
-from ..prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
-from ..prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengths
+from ..models.prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
 from .semi import nli_cross_entropy
 

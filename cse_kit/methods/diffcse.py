@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..masking import mlm_corrupt, special_token_ids
 from .contrastive import info_nce, init_like_official
 from .edits import delete_tokens, insert_masks, pad_rows, unpad
+from .masking import mlm_corrupt, special_token_ids
 from .simcse import SimCSE
 
 #: Where the paper's text and the official code (voidism/DiffCSE) differ; the official behaviour is the default.
@@ -188,7 +188,7 @@ class DiffCSE(SimCSE):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffCSE":
-        from ..mlm_head import load_generator
+        from .mlm_head import load_generator
 
         options = cfg.diffcse_options()
         generator = None

@@ -220,7 +220,7 @@ class ESimCSE(SimCSE):
     def from_config(cls, cfg, tokenizer, encoder) -> "ESimCSE":
         generator = None
         if cfg.length_extension == "masked_prediction":
-            from ..mlm_head import load_generator
+            from .mlm_head import load_generator
 
             generator = load_generator(cfg.generator, cfg.data_dir)
         limit = encoder.config.max_position_embeddings - (2 if encoder.config.model_type == "roberta" else 0)

@@ -1,4 +1,4 @@
-"""PromptBERT (Jiang et al., EMNLP 2022): a sentence is the [MASK] state of a hard template (cse_kit.prompt), minus
+"""PromptBERT (Jiang et al., EMNLP 2022): a sentence is the [MASK] state of a hard template (cse_kit.eval.prompt), minus
 the template's own [MASK] state (template denoising: the empty template at the sentence's positions).
 
 Unsupervised: the two views of a sentence are the sentence in two different templates, each denoised with its own
@@ -6,7 +6,7 @@ template, through a training-only Linear + tanh MLP, InfoNCE at τ. Supervised: 
 contradiction as hard negative), as the official supervised scripts: one template, denoising, and a head that the
 official evaluation keeps (sup-bert: BERT's pretrained MLM-head transform, applied before the denoising;
 sup-roberta: the MLP after it). The exported model is the plain encoder; `pooler` and the test reading
-(cse_kit.prompt.PromptReading, in its cse_kit.json, with the head's weights beside it where it keeps one) say how it
+(cse_kit.eval.prompt.PromptReading, in its cse_kit.json, with the head's weights beside it where it keeps one) say how it
 is read at test time.
 
 Batches hold every view wrapped in the first template (`cfg.template`, cse_kit.train.data.tokenize). The second
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..eval.encode import PROMPT_POOLERS
-from ..prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
+from ..eval.prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
 
 #: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
@@ -181,7 +181,7 @@ class PromptBERT(nn.Module):
         return self.encoder, self.test_pooler
 
     def _head(self) -> tuple[nn.Module | None, str | None]:
-        """The trained head the official evaluation keeps, and its kind (cse_kit.prompt.PROMPT_HEADS), or (None,
+        """The trained head the official evaluation keeps, and its kind (cse_kit.eval.prompt.PROMPT_HEADS), or (None,
         None). The official scripts keep it exactly where they test denoised: the supervised ones (eargs
         --mask_embedding_sentence_org_mlp / _use_pooler with _delta, run.sh:120-123, 137-140); the unsupervised ones
         train with --mlp_only_train (run.sh:83, 101) and test the raw state (:88-89, 106-107)."""

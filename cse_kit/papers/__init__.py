@@ -1,13 +1,13 @@
 """One module per paper: which run stands behind each row of its tables, its notebooks' parameter checks and
 table-specific columns, and `NOTEBOOKS` (notebook -> the artefacts it reproduces). The published numbers are data
-(`values/<paper>.json`, read through `cse_kit.paper`). The shared machinery (experiments, results, report) knows
+(`values/<paper>.json`, read through `cse_kit.data.published`). The shared machinery (experiments, results, report) knows
 no paper; it asks this package."""
 
 from __future__ import annotations
 
 import importlib
 
-from ..paper import PAPERS, paper_key
+from ..data.published import PAPERS, paper_key
 
 __all__ = ["PAPERS", "paper_key", "paper_module", "notebooks", "all_notebooks"]
 

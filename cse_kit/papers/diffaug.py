@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from ..experiments import Row, check, sts_test_columns, training_cost
-from ..paper import paper_table, paper_tables
+from ..data.published import paper_table, paper_tables
 from ..train.presets import PRESETS, PROFILES
 from .released import released_row
 

@@ -16,7 +16,7 @@ parameter, our reading its default."""
 from __future__ import annotations
 
 from ..experiments import Row, check, why_not_run
-from ..paper import paper_table
+from ..data.published import paper_table
 from ..train.presets import build_config
 from .released import released_row
 
@@ -276,7 +276,7 @@ def length_gaps(long, threshold: int):
 
     import pandas as pd
 
-    from ..paper import paper_table
+    from ..data.published import paper_table
 
     published = paper_table(7, "esimcse")["Avg."]
     ok = long[long.status == "ok"]
@@ -301,7 +301,7 @@ def table2_sentences() -> list[tuple[str, str, float]]:
     bold = inserted or repeated (kept), struck = deleted (removed)."""
     import re
 
-    from ..paper import paper_examples
+    from ..data.published import paper_examples
 
     def plain(text):
         return " ".join(re.sub(r"~~[^~]*~~", "", text).replace("**", "").split())

@@ -9,7 +9,7 @@ the [CLS] and first-last-avg baselines are the untrained backbone evaluated by t
 from __future__ import annotations
 
 from ..experiments import Row, check
-from ..paper import paper_table
+from ..data.published import paper_table
 from ..train.presets import PROFILES
 from .released import released_row
 
@@ -117,7 +117,7 @@ def check_geometry(geometry: str) -> None:
 
 def literature(table: int) -> "pd.DataFrame":  # noqa: F821
     """The paper's rows from other papers (marked ♣ ♡ ♢), shown as published: the kit does not re-run them."""
-    from ..paper import paper_tables
+    from ..data.published import paper_tables
 
     marks = paper_tables("scd")[str(table)].get("marks", {})
     frame = paper_table(table, "scd")

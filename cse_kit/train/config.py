@@ -60,6 +60,9 @@ OFFICIAL_PRECISION = {
 #: the methods whose official loss is gathered across processes with the gradient through each process's own rows
 #: (SimCSE models.py:171-189, Prompt-BERT and DiffAug the same): what official_processes scales
 SHARED_LOSS_METHODS = ("simcse", "promptbert", "diffaug")
+#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
+NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
+                "stage1_snapshot_steps", "log_with")
 
 
 @dataclass

@@ -64,7 +64,7 @@ def subsample_examples(examples: list, fraction: float, seed: int) -> list:
 
 def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, cache_dir: Path, template=None):
     """A `datasets.Dataset` with one `ids<k>` column per text column, cached under cache_dir by content. With a
-    prompt `template` (cse_kit.prompt.Template) each text's sub-words are truncated to max_seq_length and wrapped
+    prompt `template` (cse_kit.eval.prompt.Template) each text's sub-words are truncated to max_seq_length and wrapped
     in it, as the official prompt code (DiffAug train.py:609-612): the template's tokens come on top."""
     from datasets import Dataset
 

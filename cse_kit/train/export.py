@@ -5,16 +5,17 @@ sentence-transformers model whose embeddings equal the kit's."""
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 
-from ..augmentation import HoulsbyAdapters
+from ..eval.prompt import PROMPT_HEADS, PromptReading
 from ..io import atomic_dir, write_json_atomic
 from ..models import quiet_transformers
-from ..prefix import PrefixedEncoder
-from ..prompt import PromptReading, build_prompt_head
+from ..models.adapters import HoulsbyAdapters
+from ..models.prefix import PrefixedEncoder
 
 METADATA = "cse_kit.json"
-PROMPT_HEAD = "prompt_head.safetensors"  # the trained head a PromptReading applies (cse_kit.prompt.PROMPT_HEADS)
+PROMPT_HEAD = "prompt_head.safetensors"  # the trained head a PromptReading applies (cse_kit.eval.prompt.PROMPT_HEADS)
 #: kit pooler -> sentence-transformers Pooling mode that computes the same vector
 ST_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
 
@@ -39,37 +40,60 @@ def read_metadata(model_dir) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def exported(model_dir, key: str):
-    """A setting a kit-trained model was exported with (its cse_kit.json), or None."""
-    return (read_metadata(model_dir) or {}).get(key) if Path(model_dir).is_dir() else None
+class ExportSettings:
+    """How a model is read, as its cse_kit.json states it (None where it states nothing, or where the model is no kit
+    export): `pooler`, the pooler it was trained for; `prompt`, the prompt poolers' reading of the template (read,
+    and its trained head loaded, when first asked for); `max_length`, the length its test sentences are cut at.
+    `cse-kit eval` and the results store read a model through this alike."""
+
+    def __init__(self, model_dir):
+        self.model_dir = Path(model_dir)
+        self.metadata = (read_metadata(model_dir) or {}) if self.model_dir.is_dir() else {}
+
+    @property
+    def pooler(self) -> str | None:
+        return self.metadata.get("pooler")
+
+    @property
+    def max_length(self) -> int | None:
+        return self.metadata.get("max_length")
+
+    @cached_property
+    def prompt(self) -> PromptReading | None:
+        """The cse_kit.json's "prompt", with the head saved beside it; an export that states only a template is read
+        with the defaults."""
+        meta, model_dir = self.metadata, self.model_dir
+        if "prompt" not in meta:
+            return PromptReading(meta["template"]) if meta.get("template") else None
+        settings = dict(meta["prompt"])
+        kind = settings.pop("head")
+        head = None
+        if kind is not None:
+            from safetensors.torch import load_file
+            from transformers import AutoConfig
+
+            path = model_dir / PROMPT_HEAD
+            if not path.is_file():
+                raise FileNotFoundError(f"{model_dir}/{METADATA} reads the template through a trained {kind} head, "
+                                        f"and {PROMPT_HEAD} is missing: copy the whole model directory, or export "
+                                        "the run again")
+            head = build_prompt_head(kind, AutoConfig.from_pretrained(model_dir))
+            head.load_state_dict(load_file(str(path)))
+            head.eval()
+        return PromptReading(**settings, head=head, head_kind=kind)
 
 
-def max_length_of(model_dir) -> int | None:
-    """The length (tokens, special ones included) a kit-trained model's test sentences are cut at, or None: whole."""
-    return exported(model_dir, "max_length")
+def build_prompt_head(kind: str, config):
+    """A freshly made head of `kind` (PROMPT_HEADS) for an encoder of `config`, to load saved weights into."""
+    if kind == "mlm_transform":
+        from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
 
+        return BertPredictionHeadTransform(config)
+    if kind == "mlp":
+        from ..methods.contrastive import MLPProjector
 
-def prompt_reading_of(model_dir) -> PromptReading | None:
-    """How a kit-trained model's prompt poolers read it (its cse_kit.json's "prompt", with the head saved beside it;
-    an export that states only a template is read with the defaults), or None."""
-    meta = (read_metadata(model_dir) or {}) if Path(model_dir).is_dir() else {}
-    if "prompt" not in meta:
-        return PromptReading(meta["template"]) if meta.get("template") else None
-    settings = dict(meta["prompt"])
-    kind = settings.pop("head")
-    head = None
-    if kind is not None:
-        from safetensors.torch import load_file
-        from transformers import AutoConfig
-
-        path = Path(model_dir) / PROMPT_HEAD
-        if not path.is_file():
-            raise FileNotFoundError(f"{model_dir}/{METADATA} reads the template through a trained {kind} head, and "
-                                    f"{PROMPT_HEAD} is missing: copy the whole model directory, or export the run again")
-        head = build_prompt_head(kind, AutoConfig.from_pretrained(model_dir))
-        head.load_state_dict(load_file(str(path)))
-        head.eval()
-    return PromptReading(**settings, head=head, head_kind=kind)
+        return MLPProjector(config.hidden_size)
+    raise ValueError(f"unknown prompt head {kind!r}; choose one of: {', '.join(PROMPT_HEADS)}")
 
 
 def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) -> Path:

@@ -17,8 +17,10 @@ import shutil
 import sys
 import time
 import warnings
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,9 +33,10 @@ from ..io import (
     acquire_or_wait, ensure_dir, holder_lock, not_a_file, recover_dir, remove, swap_dir, write_json_atomic,
     write_tensors_atomic, write_text_atomic, writing,
 )
+from ..eval.prompt import Template
 from ..models import load_model
-from ..prompt import Template
-from .config import TrainConfig
+from ..progress import STATUS_SECONDS, duration
+from .config import NOT_TRAINING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
@@ -60,9 +63,6 @@ class TrainingStopped(Exception):
 STAGE1_FILE = "stage1.safetensors"
 #: The checkpoint being written beside the last one.
 NEW_CHECKPOINT = ".checkpoint.new"
-#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
-NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
-                "stage1_snapshot_steps", "log_with")
 
 
 def _mixed_precision(setting: str) -> str:
@@ -130,19 +130,6 @@ def _is_better(new: float, best: float | None) -> bool:
     return math.isfinite(new) and (best is None or new > best)
 
 
-#: seconds between two of a run's status lines (its step and the time left), the first after its first step
-STATUS_SECONDS = 30.0
-
-
-def duration(seconds: float) -> str:
-    """A time as a person reads it: 40 s, 12 min, 3 h 05 min."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-
-
 def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False,
           announce=partial(print, flush=True), status=None) -> dict:
     """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary. announce(line)
@@ -185,53 +172,83 @@ def run_lock(run: Path):
 
 
 def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status, trackers) -> dict:
-    """train() under the run folder's lock."""
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-    from tqdm import tqdm
-
+    """train() under the run folder's lock: a finished run is returned as it is; any other is set up, resumed from its
+    checkpoint where it has one, trained step by step and finished."""
     run = Path(cfg.output_dir)
-    summary_path = run / "summary.json"
-    restart = f"remove {run / 'checkpoint'} to train this run again from step 0"
-    if summary_path.is_file():
-        summary = _read_json(summary_path, f"remove {summary_path} to finish the run again from its checkpoint")
-        changed = training_changes(summary.get("config", {}), cfg.to_dict())
-        if changed:
-            raise ValueError(f"{run} holds a finished run with a different configuration ({', '.join(changed)} "
-                             "differ); choose another output_dir")
-        # the same run, found where it now is: a copied or moved folder (or results store) keeps working
-        return {**summary, "config": cfg.to_dict(), "model": str(run / "model")}
+    finished = _finished_run(cfg, run)
+    if finished is not None:
+        return finished
     checkpoint = recover_dir(run / "checkpoint")
     resumed = (checkpoint / "trainer_state.json").is_file()
-    changes = {}
-    if resumed and (run / "config.json").is_file():
-        changes = training_changes(_read_json(run / "config.json", restart), cfg.to_dict())
-        if changes and not resume_with_changes:
-            raise ValueError(
-                f"{run} holds a checkpoint trained with another configuration: "
-                + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
-                + f". Resuming would not train what the new configuration says. Use another output_dir, {restart}, "
-                "or resume on purpose with --resume-with-changes (recorded in the summary)")
-    if not torch.cuda.is_available():
-        keep_freed_memory()
-    # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
+    changes = _resume_changes(cfg, run, checkpoint, resume_with_changes) if resumed else {}
+    training = _Training.set_up(cfg, run, checkpoint)
+    if resumed:
+        training.resume(changes)
+    training.start(announce, resumed, trackers)
+    training.train_steps(_Progress(training, progress, status))
+    return training.finish()
+
+
+def _finished_run(cfg: TrainConfig, run: Path) -> dict | None:
+    """The summary of the run finished in `run`, or None; refused when it was trained with another configuration."""
+    summary_path = run / "summary.json"
+    if not summary_path.is_file():
+        return None
+    summary = _read_json(summary_path, f"remove {summary_path} to finish the run again from its checkpoint")
+    changed = training_changes(summary.get("config", {}), cfg.to_dict())
+    if changed:
+        raise ValueError(f"{run} holds a finished run with a different configuration ({', '.join(changed)} "
+                         "differ); choose another output_dir")
+    # the same run, found where it now is: a copied or moved folder (or results store) keeps working
+    return {**summary, "config": cfg.to_dict(), "model": str(run / "model")}
+
+
+def _restart(run: Path) -> str:
+    """The fix a message about a run's checkpoint names."""
+    return f"remove {run / 'checkpoint'} to train this run again from step 0"
+
+
+def _resume_changes(cfg: TrainConfig, run: Path, checkpoint: Path, resume_with_changes: bool) -> dict:
+    """What cfg changes against the configuration the checkpoint was trained with (training_changes); refused
+    unless resume_with_changes."""
+    if not (run / "config.json").is_file():
+        return {}
+    changes = training_changes(_read_json(run / "config.json", _restart(run)), cfg.to_dict())
+    if changes and not resume_with_changes:
+        raise ValueError(
+            f"{run} holds a checkpoint trained with another configuration: "
+            + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            + f". Resuming would not train what the new configuration says. Use another output_dir, {_restart(run)}, "
+            "or resume on purpose with --resume-with-changes (recorded in the summary)")
+    return changes
+
+
+def _accelerator(cfg: TrainConfig):
+    """Accelerate for this run (one CPU, one GPU or the processes `accelerate launch` started), with the run's peak
+    memory counted from here."""
+    from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
     from ..methods import METHODS
 
+    if not torch.cuda.is_available():
+        keep_freed_memory()
     # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
         if hasattr(METHODS[cfg.method], "stage1_parameters") or cfg.semi_strategy != "none" else []
+    # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
     accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available(),
                               kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
     if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
         torch.cuda.reset_peak_memory_stats(accelerator.device)
     _reset_peak_rss()
-    seed = rank_seed(cfg.seed, accelerator.process_index)
-    set_seed(seed)
-    tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
-    objective = build_objective(cfg, tokenizer, encoder)
+    return accelerator
+
+
+def _training_data(cfg: TrainConfig, tokenizer, accelerator):
+    """(the number of training examples, their batches, the NLI batches of a first stage or an auxiliary loss or
+    None), tokenized by the main process first (the others then read its cache)."""
     template = Template(tokenizer, cfg.template) if cfg.template else None
     with accelerator.main_process_first():
         if is_nli(cfg.data):  # a label fraction is of the whole set (then capped), as every use of NLI in the run
@@ -246,6 +263,11 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
                       length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add())
     nli_batches = nli and Batches(nli, cfg.nli_batch_size, cfg.seed, tokenizer.pad_token_id,
                                   accelerator.process_index, accelerator.num_processes)
+    return len(dataset), batches, nli_batches
+
+
+def _stage_steps(cfg: TrainConfig, batches: Batches, objective) -> tuple[int, int]:
+    """(the first stage's steps, 0 for a method without one; the main stage's steps)."""
     accumulation = cfg.gradient_accumulation
     main_steps = batches.steps_per_epoch // accumulation * cfg.epochs
     main_steps = min(main_steps, cfg.max_steps) if cfg.max_steps else main_steps
@@ -255,16 +277,19 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     if first_stage > main_steps and not getattr(objective, "stage1_own_schedule", False):
         warnings.warn(f"stage1_steps {first_stage} exceed the main stage's {main_steps} steps: both schedules are "
                       f"sized to the main stage (as the official DiffAug trainer), so stage 1 runs at learning "
-                      f"rate 0 after step {main_steps}", stacklevel=2)
-    total = first_stage + main_steps
-    objective.to(accelerator.device)  # before the optimizer: a fused AdamW needs its parameters on the GPU
+                      f"rate 0 after step {main_steps}", stacklevel=4)
+    return first_stage, main_steps
+
+
+def _optimization(cfg: TrainConfig, objective, device, first_stage: int, main_steps: int):
+    """(the trained parameters, the optimizers, their schedules): index 0 the main stage's, 1 the first stage's. The
+    objective moves to the device first: a fused AdamW needs its parameters on the GPU."""
+    objective.to(device)
     named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
     # on CUDA one fused kernel updates every parameter (a step 34 ms instead of 39 on an H100, issue figures)
-    fused = accelerator.device.type == "cuda"
+    fused = device.type == "cuda"
     weight_decay = cfg.weight_decay_value()
-    optimizer = build_optimizer(named, cfg.optimizer_name(), cfg.lr, weight_decay, fused)
-    optimizers = [optimizer]
+    optimizers = [build_optimizer(named, cfg.optimizer_name(), cfg.lr, weight_decay, fused)]
     if first_stage:
         names = {id(p): n for n, p in objective.named_parameters()}
         optimizers.append(build_optimizer([(names[id(p)], p) for p in objective.stage1_parameters()],
@@ -276,70 +301,325 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     lengths = [main_steps, first_stage if getattr(objective, "stage1_own_schedule", False) else main_steps]
     schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(length, cfg.warmup_steps))
                   for opt, length in zip(optimizers, lengths)]
-    # the schedulers stay unprepared: Accelerate would step them once per process, but batch_size is global here
-    objective, *optimizers = accelerator.prepare(objective, *optimizers)
-    optimizer, scheduler = optimizers[0], schedulers[0]
-    for s in schedulers:
-        accelerator.register_for_checkpointing(s)
-    unwrapped = accelerator.unwrap_model(objective)
-    test_pooler = getattr(unwrapped, "test_pooler", cfg.pooler)
-    # the vector that selects the checkpoint: the test vector, unless the objective reads another (PromptBERT's
-    # official dev evaluation, ConSERT's dev pooler); ConSERT's code also cuts its test sentences
-    test_max_length = getattr(unwrapped, "test_max_length", None)
-    dev_pooler, dev_template = unwrapped.dev_reading() if hasattr(unwrapped, "dev_reading") else \
-        (getattr(unwrapped, "dev_pooler", test_pooler), cfg.template)
+    return [p for _, p in named], optimizers, schedulers
+
+
+def _dev_evaluation(cfg: TrainConfig, tokenizer, objective, device) -> tuple[DevEvaluator, str, int | None]:
+    """(the dev evaluator that selects the checkpoint, the test pooler, the length test sentences are cut at). The
+    dev vector is the test vector, unless the objective reads another (PromptBERT's official dev evaluation,
+    ConSERT's dev pooler); ConSERT's code also cuts its test sentences."""
+    test_pooler = getattr(objective, "test_pooler", cfg.pooler)
+    test_max_length = getattr(objective, "test_max_length", None)
+    dev_pooler, dev_template = objective.dev_reading() if hasattr(objective, "dev_reading") else \
+        (getattr(objective, "dev_pooler", test_pooler), cfg.template)
     evaluator = DevEvaluator(tokenizer, dev_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
-                             transfer=cfg.metric == "transfer_devacc", device=accelerator.device,
+                             transfer=cfg.metric == "transfer_devacc", device=device,
                              template=dev_template, max_length=test_max_length)
+    return evaluator, test_pooler, test_max_length
 
-    state = {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
-             "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
-    if resumed:
-        state = {**state, **_read_json(checkpoint / "trainer_state.json", restart)}
+
+def _fresh_state() -> dict:
+    """What a checkpoint saves of the loop (trainer_state.json), at step 0."""
+    return {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
+            "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
+
+
+def _optimizer_index(stage: int) -> int:
+    """Which optimizer and schedule a stage steps: [main, first stage]."""
+    return 1 if stage == 1 else 0
+
+
+@dataclass
+class _Training:
+    """One run's state, shared by the steps of the loop: its settings and folders, Accelerate, the data, the objective
+    (prepared; `unwrapped` its module) with its optimizers and schedules (_optimizer_index), the dev evaluation, and
+    `state`, what a checkpoint saves (the step, the best dev score, the timings)."""
+
+    cfg: TrainConfig
+    run: Path
+    checkpoint: Path
+    accelerator: Any
+    tokenizer: Any
+    examples: int
+    batches: Batches
+    nli_batches: Batches | None
+    first_stage: int
+    main_steps: int
+    objective: Any
+    unwrapped: Any
+    params: list
+    optimizers: list
+    schedulers: list
+    evaluator: DevEvaluator
+    test_pooler: str
+    test_max_length: int | None
+    state: dict = field(default_factory=_fresh_state)
+    environment: dict = field(default_factory=dict)
+    last_save: float = 0.0
+    first_bad: torch.Tensor | None = None  # the step of the first non-finite loss, -1 while none (on the device)
+    grad_norm: torch.Tensor | None = None  # the last step's, before clipping (where max_grad_norm clips)
+    trackers: RunTrackers | None = None
+
+    @classmethod
+    def set_up(cls, cfg: TrainConfig, run: Path, checkpoint: Path) -> _Training:
+        """Everything a run trains with, built in the order its random numbers are drawn in (a resumed run restores
+        them from its checkpoint)."""
+        from accelerate.utils import set_seed
+
+        accelerator = _accelerator(cfg)
+        set_seed(rank_seed(cfg.seed, accelerator.process_index))
+        tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
+        objective = build_objective(cfg, tokenizer, encoder)
+        examples, batches, nli_batches = _training_data(cfg, tokenizer, accelerator)
+        first_stage, main_steps = _stage_steps(cfg, batches, objective)
+        params, optimizers, schedulers = _optimization(cfg, objective, accelerator.device, first_stage, main_steps)
+        # the schedulers stay unprepared: Accelerate would step them once per process, but batch_size is global here
+        objective, *optimizers = accelerator.prepare(objective, *optimizers)
+        for scheduler in schedulers:
+            accelerator.register_for_checkpointing(scheduler)
+        unwrapped = accelerator.unwrap_model(objective)
+        evaluator, test_pooler, test_max_length = _dev_evaluation(cfg, tokenizer, unwrapped, accelerator.device)
+        return cls(cfg, run, checkpoint, accelerator, tokenizer, examples, batches, nli_batches, first_stage,
+                   main_steps, objective, unwrapped, params, optimizers, schedulers, evaluator, test_pooler,
+                   test_max_length)
+
+    @property
+    def total(self) -> int:
+        return self.first_stage + self.main_steps
+
+    def resume(self, changes: dict) -> None:
+        """Continue from the checkpoint: the loop's state, the weights, optimizers, schedules and random states; with
+        changes (resume_with_changes), the new settings from the checkpoint's step on, recorded in the state."""
+        self.state = {**self.state, **_read_json(self.checkpoint / "trainer_state.json", _restart(self.run))}
         try:
-            accelerator.load_state(str(checkpoint))
+            self.accelerator.load_state(str(self.checkpoint))
         except Exception as e:  # safetensors, torch.load and pickle each raise their own types
-            raise RunStateError(f"the checkpoint {checkpoint} cannot be loaded ({type(e).__name__}: {e}); it is "
-                                f"truncated or damaged: {restart} (the best model so far, {run / 'model'}, is "
-                                "replaced by the new run's)") from None
+            raise RunStateError(f"the checkpoint {self.checkpoint} cannot be loaded ({type(e).__name__}: {e}); it "
+                                f"is truncated or damaged: {_restart(self.run)} (the best model so far, "
+                                f"{self.run / 'model'}, is replaced by the new run's)") from None
         if changes:
-            for group in optimizer.param_groups:  # the checkpoint restored the old ones
-                group.update(initial_lr=cfg.lr)
-            set_weight_decay(optimizer, weight_decay)
-            scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
-            for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
-                group["lr"] = cfg.lr * factor(scheduler.last_epoch)
-            state["resumed_with_changes"].append({"step": state["step"], "changes": changes})
-    log_path = run / "log.jsonl"
-    environment = describe(accelerator.device)
-    if accelerator.is_main_process:
-        run.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run / "config.json", cfg.to_dict())
-        write_json_atomic(run / "environment.json", environment)
-        _truncate_log(log_path, state["step"], restart)  # drop what was logged after the checkpoint we resume from
-    trackers.start(cfg, run, state["step"] if resumed else None, accelerator.is_main_process)
+            self._apply_changes(changes)
 
-    def log(record):
+    def _apply_changes(self, changes: dict) -> None:
+        """The new lr and weight decay on the main optimizer (the checkpoint restored the old ones), its schedule
+        recomputed from the new lr."""
+        cfg, optimizer, scheduler = self.cfg, self.optimizers[0], self.schedulers[0]
+        for group in optimizer.param_groups:
+            group.update(initial_lr=cfg.lr)
+        set_weight_decay(optimizer, cfg.weight_decay_value())
+        scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
+        for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+            group["lr"] = cfg.lr * factor(scheduler.last_epoch)
+        self.state["resumed_with_changes"].append({"step": self.state["step"], "changes": changes})
+
+    @property
+    def log_path(self) -> Path:
+        return self.run / "log.jsonl"
+
+    def start(self, announce, resumed: bool, trackers: RunTrackers) -> None:
+        """The run folder's configuration and environment written, its log cut back to the checkpoint's step (what
+        was logged after it is trained again), its trackers started, and the run's header line announced."""
+        accelerator, cfg = self.accelerator, self.cfg
+        self.environment = describe(accelerator.device)
         if accelerator.is_main_process:
-            with writing(log_path), log_path.open("a") as f:  # a torn last line is dropped on resume
-                f.write(json.dumps(record) + "\n")
-            trackers.log(record)
+            self.run.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.run / "config.json", cfg.to_dict())
+            write_json_atomic(self.run / "environment.json", self.environment)
+            _truncate_log(self.log_path, self.state["step"], _restart(self.run))
+        trackers.start(cfg, self.run, self.state["step"] if resumed else None, accelerator.is_main_process)
+        self.trackers = trackers
+        self.last_save = time.monotonic()
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
+        if accelerator.is_main_process:
+            announce(_header(cfg, self.examples, self.first_stage, self.main_steps, self.run,
+                             self.state["step"] if resumed else None,
+                             precision_words(cfg, accelerator.mixed_precision)))
+            official = official_run(cfg)
+            if official:
+                announce(official)
 
-    def stop(what: str):
-        step = checkpoint_step(checkpoint)
-        good = (f"The last good checkpoint is {checkpoint} (step {step})" if step is not None
+    def train_steps(self, progress: _Progress) -> None:
+        """Step until the last step, an early stop, or a stop the run's processes agree on (TrainingStopped): after
+        each step its losses logged, DiffAug's stage-1 states saved, the dev evaluation run and a checkpoint
+        written, where due."""
+        self.objective.train()
+        stop_vote = StopVote(self.accelerator.num_processes)
+        while self.state["step"] < self.total:
+            stage, out, loss = self.optimizer_step()
+            step = self.state["step"]
+            progress.stepped(step)
+            # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
+            logged = step % self.cfg.log_steps == 0 or step == self.total or self.snapshot_due(step)
+            due = self.evaluation_due(step)
+            if logged or due:
+                self.check_loss()
+            if logged:
+                progress.show(self.log_losses(step, stage, out))
+            self.save_stage1(step)
+            if due:
+                progress.show(float(loss.detach()), self.evaluate(step))
+            if self.checkpoint_after(step):
+                break
+            self.stop_if_agreed(step, stop_vote)
+            self.objective.train()
+        progress.close()
+
+    def optimizer_step(self):
+        """One step of the current stage: the gradients of its micro-batches' losses, averaged (HF Trainer's
+        accumulation), clipped, and its optimizer and schedule stepped. Returns (the stage, the last forward's
+        outputs, its loss)."""
+        t = time.perf_counter()
+        stage = 1 if self.state["step"] < self.first_stage else 2
+        current = _optimizer_index(stage)
+        if self.first_stage:
+            self.unwrapped.stage = stage
+        micro_batches = 1 if stage == 1 else self.cfg.gradient_accumulation
+        for micro in range(micro_batches):
+            out = self.forward(stage, micro)
+            loss = out["loss"] / micro_batches
+            self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss.detach()), self.state["step"] + 1)
+            self.accelerator.backward(loss)
+        if self.cfg.max_grad_norm:
+            self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
+                                            self.unwrapped.clipped_parameters() if self.first_stage else self.params,
+                                            self.cfg.max_grad_norm)
+        self.optimizers[current].step()
+        self.schedulers[current].step()
+        self.objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
+        self.state["step"] += 1
+        self.state["seconds"]["train"] += time.perf_counter() - t
+        return stage, out, loss
+
+    def forward(self, stage: int, micro: int) -> dict:
+        """The objective's outputs on the step's micro-th batch."""
+        device = self.accelerator.device
+        batch = _step_batch(self.batches, self.nli_batches, self.state["step"], self.first_stage, micro,
+                            self.cfg.gradient_accumulation, with_main=stage == 2,
+                            with_nli=stage == 1 or bool(self.cfg.aux_weight))
+        cuda = device.type == "cuda"
+        batch = {k: (v.pin_memory() if cuda else v).to(device, non_blocking=True) for k, v in batch.items()}
+        with self.accelerator.autocast():
+            return self.objective(batch)
+
+    def log(self, record: dict) -> None:
+        if self.accelerator.is_main_process:
+            with writing(self.log_path), self.log_path.open("a") as f:  # a torn last line is dropped on resume
+                f.write(json.dumps(record) + "\n")
+            self.trackers.log(record)
+
+    def log_losses(self, step: int, stage: int, out: dict) -> float:
+        """The step's learning rate and losses into the log. Returns the loss."""
+        record = {"step": step, "lr": self.schedulers[_optimizer_index(stage)].get_last_lr()[0],
+                  **({"stage": stage} if self.first_stage else {}), **{k: float(v.detach()) for k, v in out.items()},
+                  **({"grad_norm": float(self.grad_norm)} if self.cfg.max_grad_norm else {})}
+        self.log(record)
+        return record["loss"]
+
+    def snapshot_due(self, step: int) -> bool:
+        """A stage-1 step after which its state is saved: every stage1_snapshot_steps and the last."""
+        every = self.cfg.stage1_snapshot_steps
+        return bool(every) and step <= self.first_stage and (step % every == 0 or step == self.first_stage)
+
+    def save_stage1(self, step: int) -> None:
+        """DiffAug Figure 3: the first stage's state at its snapshot steps, and what it learnt at its last step."""
+        if not ((step == self.first_stage or self.snapshot_due(step)) and self.accelerator.is_main_process):
+            return
+        stage1_state = self.unwrapped.stage1_state()
+        if self.snapshot_due(step):
+            write_tensors_atomic(snapshot_path(self.run, step), stage1_state)
+        if step == self.first_stage:
+            write_tensors_atomic(self.run / STAGE1_FILE, stage1_state)
+
+    def evaluation_due(self, step: int) -> bool:
+        """Every eval_steps steps and at the last; with eval_epoch_end, the main stage's eval_steps are counted from
+        each epoch's start and each epoch's end is evaluated too (SentenceTransformer.fit)."""
+        if step == self.total:
+            return True
+        in_stage = step - self.first_stage
+        if not self.cfg.eval_epoch_end or in_stage <= 0:
+            return step % self.cfg.eval_steps == 0
+        in_epoch = in_stage % (self.batches.steps_per_epoch // self.cfg.gradient_accumulation)
+        return in_epoch == 0 or in_epoch % self.cfg.eval_steps == 0
+
+    def evaluate(self, step: int) -> float:
+        """The dev evaluation, logged; a better score than the best so far exports the model as the run's best.
+        Returns the score."""
+        t = time.perf_counter()
+        test_model = _test_model(self.unwrapped)
+        dev = self.evaluator(test_model)
+        self.state["seconds"]["eval"] += time.perf_counter() - t
+        score = dev[self.cfg.metric]
+        if not math.isfinite(score):
+            self.stop(f"the dev {self.cfg.metric} is {score} (the embeddings are not finite)")
+        self.log({"step": step, "dev": dev})
+        self.state["evaluations_since_best"] += 1
+        if _is_better(score, self.state["best"]):
+            if not _finite_weights(self.objective):
+                self.stop("the weights are not finite")
+            self.state["best"], self.state["best_step"], self.state["evaluations_since_best"] = score, step, 0
+            if self.accelerator.is_main_process:
+                export_encoder(test_model, self.tokenizer, self.run / "model",
+                               _metadata(self.cfg, step, dev, self.test_pooler, self.test_max_length),
+                               self.unwrapped.test_reading() if hasattr(self.unwrapped, "test_reading") else None)
+        return score
+
+    def check_loss(self) -> None:
+        """The first non-finite loss is kept on the device and read here, at log, evaluation and checkpoint steps
+        only: reading it every step would stall the GPU on every step."""
+        bad = int(self.first_bad)
+        if bad >= 0:
+            self.state["step"] = bad
+            self.stop("the loss is not finite (nan or inf)")
+
+    def stop(self, what: str):
+        """Raise NonFiniteLoss: what went wrong at which step, and what is left to go on from."""
+        step = checkpoint_step(self.checkpoint)
+        good = (f"The last good checkpoint is {self.checkpoint} (step {step})" if step is not None
                 else "No checkpoint was written yet")
-        best = f", the best model {run / 'model'} (step {state['best_step']})" if state["best_step"] else ""
+        best = f", the best model {self.run / 'model'} (step {self.state['best_step']})" \
+            if self.state["best_step"] else ""
+        fp16 = self.accelerator.mixed_precision == "fp16"
         raise NonFiniteLoss(
-            f"{what} at step {state['step']}; training stopped and nothing of this step was saved. {good}{best}. "
-            f"Lower lr{', or use bf16 instead of fp16' if accelerator.mixed_precision == 'fp16' else ''}, then start "
+            f"{what} at step {self.state['step']}; training stopped and nothing of this step was saved. {good}{best}. "
+            f"Lower lr{', or use bf16 instead of fp16' if fp16 else ''}, then start "
             "a new output_dir (or resume with --resume-with-changes).")
 
-    def save_checkpoint():
-        if not _finite_weights(objective):
-            stop("the weights are not finite")
+    def checkpoint_after(self, step: int) -> bool:
+        """A checkpoint where one is due, and at the end where it is kept. Returns whether training stops early (its
+        dev score not better for early_stopping_patience evaluations)."""
+        patience, total = self.cfg.early_stopping_patience, self.total
+        stopped = bool(patience) and step < total and self.state["evaluations_since_best"] >= patience
+        self.state["stopped_early"] = stopped
+        if (step < total and not stopped and self.checkpoint_due(step)) or \
+                ((step == total or stopped) and self.cfg.keep_checkpoint):
+            self.check_loss()
+            self.save_checkpoint()
+            self.last_save = time.monotonic()
+        return stopped
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Every save_steps steps, else every checkpoint_minutes (decided on the main process at log and evaluation
+        steps and shared, so every process saves at the same step)."""
+        cfg = self.cfg
+        if cfg.save_steps:
+            return step % cfg.save_steps == 0
+        if step % cfg.log_steps and step % cfg.eval_steps:
+            return False
+        due = [time.monotonic() - self.last_save >= 60 * cfg.checkpoint_minutes]
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            broadcast_object_list(due, from_process=0)
+        return due[0]
+
+    def save_checkpoint(self) -> None:
+        """The weights, optimizers, schedules, random states and the loop's state, written beside the last
+        checkpoint and then swapped for it (a kill at any point leaves one whole checkpoint)."""
+        accelerator, checkpoint = self.accelerator, self.checkpoint
+        if not _finite_weights(self.objective):
+            self.stop("the weights are not finite")
         t = time.perf_counter()
-        tmp = run / NEW_CHECKPOINT
+        tmp = self.run / NEW_CHECKPOINT
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         accelerator.wait_for_everyone()
@@ -348,170 +628,73 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             with writing(checkpoint, partial=tmp):
-                write_json_atomic(tmp / "trainer_state.json", state)
+                write_json_atomic(tmp / "trainer_state.json", self.state)
                 swap_dir(tmp, checkpoint)
         accelerator.wait_for_everyone()
-        state["seconds"]["checkpoint"] += time.perf_counter() - t
+        self.state["seconds"]["checkpoint"] += time.perf_counter() - t
 
-    def checkpoint_due(step: int) -> bool:
-        """Every save_steps steps, else every checkpoint_minutes (decided on the main process at log and evaluation
-        steps and shared, so every process saves at the same step)."""
-        if cfg.save_steps:
-            return step % cfg.save_steps == 0
-        if step % cfg.log_steps and step % cfg.eval_steps:
-            return False
-        due = [time.monotonic() - last_save[0] >= 60 * cfg.checkpoint_minutes]
-        if accelerator.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            broadcast_object_list(due, from_process=0)
-        return due[0]
-
-    def evaluation_due(step: int) -> bool:
-        """Every eval_steps steps and at the last; with eval_epoch_end, the main stage's eval_steps are counted from
-        each epoch's start and each epoch's end is evaluated too (SentenceTransformer.fit)."""
-        if step == total:
-            return True
-        in_stage = step - first_stage
-        if not cfg.eval_epoch_end or in_stage <= 0:
-            return step % cfg.eval_steps == 0
-        in_epoch = in_stage % (batches.steps_per_epoch // accumulation)
-        return in_epoch == 0 or in_epoch % cfg.eval_steps == 0
-
-    def snapshot_due(step: int) -> bool:
-        """A stage-1 step after which its state is saved: every stage1_snapshot_steps and the last."""
-        every = cfg.stage1_snapshot_steps
-        return bool(every) and step <= first_stage and (step % every == 0 or step == first_stage)
-
-    def check_loss() -> None:
-        """The first non-finite loss is kept on the device and read here, at log, evaluation and checkpoint steps
-        only: reading it every step would stall the GPU on every step."""
-        bad = int(first_bad)
-        if bad >= 0:
-            state["step"] = bad
-            stop("the loss is not finite (nan or inf)")
-
-    last_save = [time.monotonic()]
-    first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
-    cuda = accelerator.device.type == "cuda"
-    if accelerator.is_main_process:
-        announce(_header(cfg, len(dataset), first_stage, main_steps, run, state["step"] if resumed else None,
-                         precision_words(cfg, accelerator.mixed_precision)))
-        official = official_run(cfg)
-        if official:
-            announce(official)
-    bar = tqdm(total=total, initial=state["step"], disable=not (progress and accelerator.is_main_process),
-               desc=cfg.preset or cfg.method, dynamic_ncols=True)
-    started, first_step, last_status = time.monotonic(), state["step"], [None]
-
-    def say_where(step: int) -> None:
-        now = time.monotonic()
-        if status is None or not accelerator.is_main_process or step == total or \
-                (last_status[0] is not None and now - last_status[0] < STATUS_SECONDS):
+    def stop_if_agreed(self, step: int, stop_vote: StopVote) -> None:
+        """Pre-emption (preemption.stop_after_this_step, in any process of the run): a checkpoint at this step, then
+        TrainingStopped."""
+        if not stop_vote.agreed():
             return
-        last_status[0] = now
-        stage = f" (stage 1 of {first_stage} steps)" if step <= first_stage else ""
-        left = (now - started) / (step - first_step) * (total - step)
-        status(f"step {step}/{total}{stage}, about {duration(left)} left")
+        if checkpoint_step(self.checkpoint) != step:
+            self.check_loss()
+            self.save_checkpoint()
+        raise TrainingStopped(f"{self.run} stopped after step {step} of {self.total}; its checkpoint resumes there")
 
-    last_dev = None
-    objective.train()
-    stop_vote = StopVote(accelerator.num_processes)
-    while state["step"] < total:
-        t = time.perf_counter()
-        stage = 1 if state["step"] < first_stage else 2
-        current = 1 if stage == 1 else 0  # the stage's optimizer and schedule: [main, first stage]
-        if first_stage:
-            unwrapped.stage = stage
-        micro_batches = 1 if stage == 1 else accumulation
-        for micro in range(micro_batches):  # gradients of separate losses, averaged (HF Trainer's accumulation)
-            batch = _step_batch(batches, nli_batches, state["step"], first_stage, micro, accumulation,
-                                with_main=stage == 2, with_nli=stage == 1 or bool(cfg.aux_weight))
-            batch = {k: (v.pin_memory() if cuda else v).to(accelerator.device, non_blocking=True)
-                     for k, v in batch.items()}
-            with accelerator.autocast():
-                out = objective(batch)
-            loss = out["loss"] / micro_batches
-            first_bad.masked_fill_((first_bad < 0) & ~torch.isfinite(loss.detach()), state["step"] + 1)
-            accelerator.backward(loss)
-        if cfg.max_grad_norm:
-            grad_norm = clip_gradients(accelerator.scaler, optimizers[current].optimizer,
-                           unwrapped.clipped_parameters() if first_stage else params, cfg.max_grad_norm)
-        optimizers[current].step()
-        schedulers[current].step()
-        objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
-        state["step"] += 1
-        step = state["step"]
-        state["seconds"]["train"] += time.perf_counter() - t
-        bar.update(1)
-        say_where(step)
-        # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
-        logged = step % cfg.log_steps == 0 or step == total or snapshot_due(step)
-        due = evaluation_due(step)
-        if logged or due:
-            check_loss()
-        if logged:
-            record = {"step": step, "lr": schedulers[current].get_last_lr()[0],
-                      **({"stage": stage} if first_stage else {}), **{k: float(v.detach()) for k, v in out.items()},
-                      **({"grad_norm": float(grad_norm)} if cfg.max_grad_norm else {})}
-            log(record)
-            bar.set_postfix(loss=f"{record['loss']:.4f}", dev=last_dev)
-        if (step == first_stage or snapshot_due(step)) and accelerator.is_main_process:  # DiffAug Figure 3
-            stage1_state = unwrapped.stage1_state()
-            if snapshot_due(step):
-                write_tensors_atomic(snapshot_path(run, step), stage1_state)
-            if step == first_stage:  # what the first stage learnt
-                write_tensors_atomic(run / STAGE1_FILE, stage1_state)
-        if due:
-            t = time.perf_counter()
-            test_model = _test_model(accelerator.unwrap_model(objective))
-            dev = evaluator(test_model)
-            state["seconds"]["eval"] += time.perf_counter() - t
-            score = dev[cfg.metric]
-            if not math.isfinite(score):
-                stop(f"the dev {cfg.metric} is {score} (the embeddings are not finite)")
-            last_dev = f"{score:.2f}"
-            log({"step": step, "dev": dev})
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}", dev=last_dev)
-            state["evaluations_since_best"] += 1
-            if _is_better(score, state["best"]):
-                if not _finite_weights(objective):
-                    stop("the weights are not finite")
-                state["best"], state["best_step"], state["evaluations_since_best"] = score, step, 0
-                if accelerator.is_main_process:
-                    export_encoder(test_model, tokenizer, run / "model",
-                                   _metadata(cfg, step, dev, test_pooler, test_max_length),
-                                   unwrapped.test_reading() if hasattr(unwrapped, "test_reading") else None)
-        patience = cfg.early_stopping_patience
-        state["stopped_early"] = bool(patience) and step < total and state["evaluations_since_best"] >= patience
-        if (step < total and not state["stopped_early"] and checkpoint_due(step)) or \
-                ((step == total or state["stopped_early"]) and cfg.keep_checkpoint):
-            check_loss()
-            save_checkpoint()
-            last_save[0] = time.monotonic()
-        if state["stopped_early"]:
-            break
-        if stop_vote.agreed():
-            if checkpoint_step(checkpoint) != step:
-                check_loss()
-                save_checkpoint()
-            raise TrainingStopped(f"{run} stopped after step {step} of {total}; its checkpoint resumes there")
-        objective.train()
-    bar.close()
-    summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"], "best_step": state["best_step"],
-               "stopped_early": state["stopped_early"],
-               "metric": cfg.metric, "model": str(run / "model"), "seconds": state["seconds"],
-               "environment": environment, "processes": accelerator.num_processes,
-               "mixed_precision": accelerator.mixed_precision,
-               "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
-               "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
-               **_peak_memory(accelerator)}
-    if accelerator.is_main_process:
-        write_json_atomic(summary_path, summary)
-        if not cfg.keep_checkpoint:  # a finished run needs only its best model (a DiffCSE cpu run's was 611 MB)
-            shutil.rmtree(checkpoint, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    return summary
+    def finish(self) -> dict:
+        """The run's summary, written to summary.json; the checkpoint removed unless keep_checkpoint."""
+        accelerator, cfg, state = self.accelerator, self.cfg, self.state
+        summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"],
+                   "best_step": state["best_step"], "stopped_early": state["stopped_early"],
+                   "metric": cfg.metric, "model": str(self.run / "model"), "seconds": state["seconds"],
+                   "environment": self.environment, "processes": accelerator.num_processes,
+                   "mixed_precision": accelerator.mixed_precision,
+                   "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
+                   "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
+                   **_peak_memory(accelerator)}
+        if accelerator.is_main_process:
+            write_json_atomic(self.run / "summary.json", summary)
+            if not cfg.keep_checkpoint:  # a finished run needs only its best model (a DiffCSE cpu run's was 611 MB)
+                shutil.rmtree(self.checkpoint, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        return summary
+
+
+class _Progress:
+    """What a run shows while it trains: a progress bar with the last loss and dev score, and, where status is
+    given, its step and the time left after its first step and then every STATUS_SECONDS."""
+
+    def __init__(self, training: _Training, progress: bool, status):
+        from tqdm import tqdm
+
+        main = training.accelerator.is_main_process
+        self.bar = tqdm(total=training.total, initial=training.state["step"], disable=not (progress and main),
+                        desc=training.cfg.preset or training.cfg.method, dynamic_ncols=True)
+        self.status = status if main else None
+        self.total, self.first_stage = training.total, training.first_stage
+        self.started, self.first_step, self.last_status = time.monotonic(), training.state["step"], None
+        self.dev = None
+
+    def stepped(self, step: int) -> None:
+        self.bar.update(1)
+        now = time.monotonic()
+        if self.status is None or step == self.total or \
+                (self.last_status is not None and now - self.last_status < STATUS_SECONDS):
+            return
+        self.last_status = now
+        stage = f" (stage 1 of {self.first_stage} steps)" if step <= self.first_stage else ""
+        left = (now - self.started) / (step - self.first_step) * (self.total - step)
+        self.status(f"step {step}/{self.total}{stage}, about {duration(left)} left")
+
+    def show(self, loss: float, dev: float | None = None) -> None:
+        if dev is not None:
+            self.dev = f"{dev:.2f}"
+        self.bar.set_postfix(loss=f"{loss:.4f}", dev=self.dev)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, run: Path,

@@ -7,7 +7,7 @@ them (`kill`), or all of them a little apart (SLURM signals every task of a step
 (StopVote), so all stop after the same step and save one checkpoint together.
 
 `Preemption` is the handler of SIGTERM and SIGUSR2 for a process that trains: the parallel runner's worker jobs
-(cse_kit.parallel) and `cse-kit train` in a SLURM job (SlurmTraining). Outside training (loading, an evaluation
+(cse_kit.results.parallel) and `cse-kit train` in a SLURM job (SlurmTraining). Outside training (loading, an evaluation
 after it, a wait for another run) leaving at once loses nothing: every write is atomic."""
 
 from __future__ import annotations
@@ -57,11 +57,13 @@ class StopVote:
         return bool(asked.item())
 
 
+#: the training loop's module, which imports this one: its train() is known by its name there
+LOOP = f"{__package__}.loop"
+
+
 def _training(frame) -> bool:
     """Whether the interrupted frame is inside the training loop's train()."""
-    from .loop import train
-
-    while frame is not None and frame.f_code is not train.__code__:
+    while frame is not None and not (frame.f_code.co_name == "train" and frame.f_globals.get("__name__") == LOOP):
         frame = frame.f_back
     return frame is not None
 

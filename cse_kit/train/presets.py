@@ -7,9 +7,9 @@ but small, not comparable to BERT-base), `smoke` (tiny random models, seconds)."
 from __future__ import annotations
 
 from ..data.registry import STS_TEXTS
+from ..eval.prompt import PROMPTBERT_BERT
 from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
-from ..prompt import PROMPTBERT_BERT
 from .config import OFFICIAL_PRECISION, OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
 from .optim import OPTIMIZERS
 
@@ -139,7 +139,7 @@ PRESETS = {
                                                 "dropout": 0.15}),
     # DiffAug: BERT's from the paper (the -official ones from its scripts); the paper gives no RoBERTa recipe, so
     # the RoBERTa presets are ours: BERT's settings and template (the official utils.py strips RoBERTa's leading
-    # space, as cse_kit.prompt.Template does)
+    # space, as cse_kit.eval.prompt.Template does)
     **{f"diffaug-{name.replace('-official', '')}-bert{'-official' if 'official' in name else ''}": ("bert", settings)
        for name, settings in DIFFAUG_PRESETS.items()},
     **{f"diffaug-{name}-roberta": ("roberta", DIFFAUG_PRESETS[name]) for name in ("semi", "semi-aux", "sup")},

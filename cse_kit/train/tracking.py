@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from ..io import write_json_atomic
+from .config import NOT_TRAINING
 
 #: the trackers a run logs to when its log_with is unset (comma-separated names, or `none`)
 LOG_WITH_ENV = "CSE_KIT_LOG_WITH"
@@ -67,7 +68,6 @@ def _installed(module: str) -> bool:
 def run_name(cfg) -> str:
     """The run as a person names it: its preset, the training settings that differ from the preset's, its seed
     ("diffcse-bert-sts lam=0.01 seed=1"); without a preset, its method and model."""
-    from .loop import NOT_TRAINING
     from .presets import build_config
 
     unnamed = (*NOT_TRAINING, "preset", "profile", "seed")  # what does not train, or is named anyway

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-VALUES_DIR = Path(__file__).with_name("papers") / "values"
+VALUES_DIR = Path(__file__).parents[1] / "papers" / "values"
 #: key -> the paper's name, in the order the report shows them (DiffCSE, the primary paper, first)
 PAPERS = {"diffcse": "DiffCSE", "scd": "SCD", "esimcse": "ESimCSE", "diffaug": "DiffAug"}
 

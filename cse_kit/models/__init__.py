@@ -57,7 +57,7 @@ def fit_mlm_command(name: str, data_dir=None) -> str:
 
 
 def fitted_mlm_dir(name: str, data_dir=None) -> Path:
-    from .data import resolve_data_dir
+    from ..data import resolve_data_dir
 
     return resolve_data_dir(data_dir) / "models" / name
 
@@ -100,7 +100,7 @@ def resolve_reference(ref: str, data_dir=None) -> str:
                                  "give an existing model directory, a short name or a Hub id")
     if ref in FITTED_MLM:
         path = fitted_mlm_dir(ref, data_dir)
-        if not (path / "config.json").is_file():  # training makes it on first use (cse_kit.mlm_head.load_generator)
+        if not (path / "config.json").is_file():  # training makes it on first use (cse_kit.methods.mlm_head.load_generator)
             raise ModelNotFoundError(f"{ref} is not made yet: `{fit_mlm_command(ref, data_dir)}` makes it (training a "
                                      "DiffCSE preset on the cpu profile does so by itself)")
         return str(path)
@@ -153,7 +153,7 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     # or (Table 3's adapter variant) the adapters after its layers' sublayers
     from transformers.utils import cached_file
 
-    from .augmentation import AdaptedEncoder
+    from .adapters import AdaptedEncoder
     from .prefix import PrefixedEncoder
 
     folder = resolved if local else Path(cached_file(resolved, "config.json", local_files_only=offline)).parent

@@ -1,5 +1,5 @@
 """DiffAug's other augmentation modules (Table 3, Appendix F): two sets of Houlsby adapters or of LoRA on one
-encoder, one set per view, in place of the two prefixes (cse_kit.prefix). The official DiffAug code has only the
+encoder, one set per view, in place of the two prefixes (cse_kit.models.prefix). The official DiffAug code has only the
 prefix; these follow the paper's equations.
 
 Adapters are the kit's own (peft has no bottleneck adapter): forward hooks on the encoder's modules, no modeling

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from .data import load_corpus
-from .io import atomic_dir, write_json_atomic
+from ..data import load_corpus
+from ..io import atomic_dir, write_json_atomic
+from ..models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
+from ..progress import Steps, say
 from .masking import mlm_corrupt, special_token_ids
-from .models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
-from .progress import Steps, say
 
 #: What the first-use fit of all-MiniLM-L6-v2-mlm costs on the 2-core CPU this kit is developed on (300 steps and two
 #: accuracy passes over 1,000 held-out sentences, the body run once per batch without gradients): 238 CPU-seconds
@@ -126,8 +126,8 @@ def load_generator(ref: str, data_dir=None):
     all-MiniLM-L6-v2-mlm) is fitted on first use, then cached."""
     from transformers import AutoModelForMaskedLM
 
-    from .data import DataError
-    from .models import ModelNotFoundError
+    from ..data import DataError
+    from ..models import ModelNotFoundError
 
     if ref in FITTED_MLM:
         try:

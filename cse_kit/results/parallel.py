@@ -33,9 +33,9 @@ from pathlib import Path
 from filelock import Timeout
 from submitit.helpers import Checkpointable
 
-from .results import Pretrained, ResultStore
-from .train.config import TrainConfig
-from .train.preemption import Preemption
+from ..train.config import TrainConfig
+from ..train.preemption import Preemption
+from . import Pretrained, ResultStore
 
 WORKERS_ENV = "CSE_KIT_WORKERS"
 CLUSTER_ENV = "CSE_KIT_CLUSTER"
@@ -114,7 +114,7 @@ class Drain(Checkpointable):
     and requeues the job; _Preemption decides when."""
 
     def __call__(self, results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
-        from .train.loop import TrainingStopped
+        from ..train.loop import TrainingStopped
 
         preemption = _Preemption()
         try:

@@ -23,17 +23,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
-from .data.loaders import md5_file
-from .data.registry import BUILT_SOURCES
-from .environment import describe
-from .io import acquire_or_wait, holder_lock, write_json_atomic
-from .train.config import TrainConfig
-from .train.tracking import log_evaluations
+from ..data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
+from ..data.loaders import md5_file
+from ..data.registry import BUILT_SOURCES
+from ..environment import PACKAGE, describe, source_digest
+from ..io import acquire_or_wait, holder_lock, write_json_atomic
+from ..train.config import TrainConfig
+from ..train.tracking import log_evaluations
 
-PACKAGE = Path(__file__).resolve().parent
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
-RESULT_CODE = ("methods", "train", "eval", "data", "models.py", "mlm_head.py")
+RESULT_CODE = ("methods", "train", "eval", "data", "models")
+#: ... but for the MTEB wrapper (it changes no SentEval number; each MTEB result carries its own digest,
+#: cse_kit.eval.mteb_eval.WRAPPER_DIGEST) and the reader of the papers' published numbers
+OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py", "data/published.py")
 #: Config fields that say where things are (and where the curves are logged), not what is computed.
 LOCATIONS = ("output_dir", "data_dir", "log_with")
 
@@ -47,20 +49,9 @@ class Pretrained:
     profile: str | None = None
 
 
-def source_digest(parts=(".",)) -> str:
-    """Digest of the package's Python sources under parts (folders or files, relative to the package)."""
-    digest = hashlib.sha256()
-    for part in parts:
-        root = PACKAGE / part
-        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
-            digest.update(str(path.relative_to(PACKAGE)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 @lru_cache(maxsize=1)  # once per process: the code a process runs is what it imported at start
 def code_version() -> str:
-    return source_digest(RESULT_CODE)
+    return source_digest(RESULT_CODE, OUTSIDE_RESULT_CODE)
 
 
 @lru_cache(maxsize=1)
@@ -253,11 +244,11 @@ class ResultStore:
 
     def get_mteb(self, target, tasks: list, *, encoder=None, force: bool = False) -> tuple[dict, list[str]]:
         """The record of target (a subject, or the key of a record in this store) with an MTEB result for every task
-        (mteb tasks: cse_kit.mteb_eval.resolve_tasks) in its metrics' `mteb`, by task name. A stored result of the
+        (mteb tasks: cse_kit.eval.mteb_eval.resolve_tasks) in its metrics' `mteb`, by task name. A stored result of the
         same mteb version, data revision, wrapper and encoding is reused unless force; the others run one task at a
         time through mteb, the record written after each (an interrupted run keeps the tasks it finished). encoder:
         the record's model ready to encode (default: ResultStore.encoder). Returns (record, the names reused)."""
-        from .mteb_eval import KitEncoder, check_data, evaluate_task, is_current
+        from ..eval.mteb_eval import evaluate_tasks
 
         key = target if isinstance(target, str) else self.key(target)
         with self.lock(key):
@@ -268,15 +259,14 @@ class ResultStore:
             if encoder.pooler != record["pooler"]:
                 raise ValueError(f"record {key} was evaluated with pooler {record['pooler']}, not {encoder.pooler}: "
                                  "leave --pooler out")
-            stored = record["metrics"].get("mteb", {})
-            todo = [t for t in tasks if force or not is_current(stored.get(t.metadata.name), t, encoder)]
-            check_data(todo)
-            model = KitEncoder(encoder, record["model_dir"]) if todo else None
-            for task in todo:
-                record["metrics"].setdefault("mteb", {})[task.metadata.name] = evaluate_task(model, task)
+            evaluated = []
+            for name, result in evaluate_tasks(encoder, record["model_dir"], tasks, record["metrics"].get("mteb", {}),
+                                               force=force):
+                record["metrics"].setdefault("mteb", {})[name] = result
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
-        return record, [t.metadata.name for t in tasks if t not in todo]
+                evaluated.append(name)
+        return record, [t.metadata.name for t in tasks if t.metadata.name not in evaluated]
 
     def _write(self, record: dict) -> None:
         unverified = unverified_reads()
@@ -318,7 +308,7 @@ class ResultStore:
         return record
 
     def _train(self, key: str, cfg: TrainConfig) -> dict:
-        from .train.loop import train
+        from ..train.loop import train
 
         run = self.run_dir(key)
         cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
@@ -333,9 +323,9 @@ class ResultStore:
 
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
-        from .eval.encode import Encoder
-        from .train.export import max_length_of, prompt_reading_of
-        from .train.loop import load_encoder
+        from ..eval.encode import Encoder
+        from ..train.export import ExportSettings
+        from ..train.loop import load_encoder
 
         model_dir = record["model_dir"]
         if record["subject"]["kind"] == "trained":  # under this store's root, wherever the store was trained
@@ -344,8 +334,9 @@ class ResultStore:
                 raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({model_dir}); "
                                         "rerun with force=True to retrain it")
         tokenizer, model = load_encoder(model_dir)
-        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=prompt_reading_of(model_dir),
-                       max_length=max_length_of(model_dir))
+        stated = ExportSettings(model_dir)
+        return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=stated.prompt,
+                       max_length=stated.max_length)
 
 
 #: The evaluation_sample kinds: how much of the STS test and of the transfer sets an evaluation reads.
@@ -357,14 +348,14 @@ def evaluation_sample(profile: str | None, kind: str) -> int | None:
     "transfer_sample" records per transfer split, "sts_sample" STS test pairs per subset. Only the smoke profile
     samples: it checks the pipeline, and its tiny models would otherwise spend most of a smoke report encoding the
     108k transfer sentences (and fitting classifiers on them) and the 27k STS test sentences."""
-    from .train.presets import PROFILES
+    from ..train.presets import PROFILES
 
     return PROFILES.get(profile, {}).get("report", {}).get(kind)
 
 
 def _sts(mode: str):
     def run(encoder, data_dir, profile):
-        from .eval.runner import evaluate
+        from ..eval.runner import evaluate
 
         if mode != "test":  # STS-B and SICK-R dev whole: what the training's dev evaluation selects on
             return evaluate(encoder, ("STSBenchmark", "SICKRelatedness"), mode, data_dir)["sts"]
@@ -376,7 +367,7 @@ def _sts(mode: str):
 
 def _transfer(mode: str):
     def run(encoder, data_dir, profile):
-        from .eval.runner import evaluate
+        from ..eval.runner import evaluate
 
         sample = evaluation_sample(profile, "transfer_sample")
         result = evaluate(encoder, "transfer", mode, data_dir, transfer_sample=sample)["transfer"]
@@ -385,9 +376,9 @@ def _transfer(mode: str):
 
 
 def _geometry(encoder, data_dir, profile) -> dict:
-    from .data import load_sts
-    from .eval.geometry import align_uniform, nearest, retrieval_recall, similarity_by_gold_bin
-    from .paper import paper_examples
+    from ..data import load_sts
+    from ..eval.geometry import align_uniform, nearest, retrieval_recall, similarity_by_gold_bin
+    from ..data.published import paper_examples
 
     queries = paper_examples(9)["queries"]
     pool = list(dict.fromkeys(s for p in load_sts("STSBenchmark", "test", data_dir) for s in (p.sent1, p.sent2)))
@@ -397,20 +388,20 @@ def _geometry(encoder, data_dir, profile) -> dict:
 
 
 def _sts_pairs(encoder, data_dir, profile) -> dict:
-    from .eval.sts import test_similarities
+    from ..eval.sts import test_similarities
 
     return test_similarities(encoder, data_dir)
 
 
 def _geometry_sts_filter(encoder, data_dir, profile) -> dict:
-    from .eval.geometry import sts_filter_align_uniform
+    from ..eval.geometry import sts_filter_align_uniform
 
     return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
 
 
 #: name -> fn(encoder, data_dir, the subject's profile) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
 #: as SCD's official sts_filter.py does (beside `geometry`'s Wang & Isola definitions); `sts_pairs`: every STS test
-#: pair's cosine, for the paired bootstrap of cse_kit.comparison
+#: pair's cosine, for the paired bootstrap of cse_kit.papers.comparison
 EVALUATIONS = {"sts_test": _sts("test"), "sts_dev": _sts("dev"), "transfer_dev": _transfer("dev"),
                "transfer_fasttest": _transfer("fasttest"), "transfer_test": _transfer("test"), "geometry": _geometry,
                "geometry_sts_filter": _geometry_sts_filter, "sts_pairs": _sts_pairs}

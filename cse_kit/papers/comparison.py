@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from .experiments import Row, check, training_cost
-from .paper import paper_value
+from ..data.published import paper_value
+from ..experiments import Row, check, training_cost
 
 NOTEBOOK = "compare_methods"
 TITLE = "All methods under one protocol"
@@ -82,7 +82,7 @@ def published(method: str) -> float:
 # --- per-record columns ---------------------------------------------------------------------------------------------
 def task_spearman(sims: dict[str, list], gold: dict[str, np.ndarray]) -> dict[str, float]:
     """Each STS task's Spearman (×100) of its test-pair similarities against the gold scores."""
-    from .eval.sts import correlations
+    from ..eval.sts import correlations
 
     return {task: correlations(np.asarray(sims[task]), gold[task])["spearman"] for task in STS_TASKS}
 
@@ -263,7 +263,7 @@ CORPUS_SENTENCES = 1_000_000
 
 def gold(data_dir=None) -> dict[str, np.ndarray]:
     """Each STS task's test gold scores, in the order of the records' `sts_pairs`."""
-    from .eval.sts import test_pairs
+    from ..eval.sts import test_pairs
 
     return {task: np.array([p.score for p in test_pairs(task, data_dir)]) for task in STS_TASKS}
 
@@ -297,8 +297,8 @@ def columns(gold_scores: dict[str, np.ndarray], transfer: str | None):
 
 def evaluate_mteb(found: dict[str, list[dict]], store, spec: str) -> None:
     """Every run of found (experiments.records) evaluated on the MTEB tasks of spec (names, benchmark names or
-    `default`: cse_kit.mteb_eval.resolve_tasks) into its record; tasks a record has are reused."""
-    from .mteb_eval import resolve_tasks
+    `default`: cse_kit.eval.mteb_eval.resolve_tasks) into its record; tasks a record has are reused."""
+    from ..eval.mteb_eval import resolve_tasks
 
     tasks = resolve_tasks(spec)
     for record in {r["key"]: r for records in found.values() for r in records}.values():

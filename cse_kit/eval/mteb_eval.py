@@ -3,9 +3,9 @@ the pooler, template, prefix and adapters a model states in its cse_kit.json, wr
 so a model's MTEB score is computed on the same vectors as its SentEval score. `mteb` runs the tasks with its own
 evaluation (its data, splits, classifiers and main scores); the kit only encodes.
 
-Outside cse_kit/eval on purpose: the results store keys every record by the code under eval/ (SentEval's numbers),
-which this module does not change; each MTEB result carries this module's own digest instead (`WRAPPER_DIGEST`).
-Imported only when MTEB is asked for (`import mteb` takes ~6 s of CPU)."""
+Left out of the digest the results store keys every record by (cse_kit.results.OUTSIDE_RESULT_CODE): this module
+changes no SentEval number; each MTEB result carries this module's own digest instead (`WRAPPER_DIGEST`). Imported
+only when MTEB is asked for (`import mteb` takes ~6 s of CPU)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ try:
 except ImportError:  # the optional extra
     raise ImportError("MTEB evaluation needs the mteb package: pip install -e '.[mteb]'") from None
 
-from .data import DataError
-from .models import hub_unreachable, offline_mode
-from .results import source_digest
+from ..data import DataError
+from ..environment import source_digest
+from ..models import hub_unreachable, offline_mode
 
 #: the full English benchmark (41 tasks; GPU hours: retrieval corpora of up to 2.4M texts)
 FULL_ENGLISH = "MTEB(eng, v2)"
@@ -35,7 +35,7 @@ CPU_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS17", "STSBenchmark", "SICK-
              "Banking77Classification", "AskUbuntuDupQuestions", "TwitterSemEval2015", "StackExchangeClustering.v2")
 DEFAULT = "default"
 #: the digest of this module, kept with each result: a stored MTEB result is reused only under the same wrapper
-WRAPPER_DIGEST = source_digest(("mteb_eval.py",))
+WRAPPER_DIGEST = source_digest(("eval/mteb_eval.py",))
 #: a comma outside parentheses separates names ("MTEB(eng, v2)" is one)
 _SEPARATOR = re.compile(r",(?![^()]*\))")
 
@@ -163,6 +163,17 @@ def is_current(stored: dict | None, task, encoder) -> bool:
     """Whether a stored result is this task's under this mteb version, data revision, wrapper and encoding."""
     return bool(stored) and (stored["mteb_version"], stored["revision"], stored["wrapper"], stored["encoding"]) == (
         version(), task.metadata.revision, WRAPPER_DIGEST, encoding(encoder))
+
+
+def evaluate_tasks(encoder, name: str, tasks: list, stored: dict, *, force: bool = False):
+    """(task name, result) for each task without a current result in stored (by task name; every task if force),
+    one task at a time through mteb, once every such task's data are known to be readable (check_data): the caller
+    keeps each result as it comes, so an interrupted run keeps the tasks it finished. name: the model's, for mteb."""
+    todo = [task for task in tasks if force or not is_current(stored.get(task.metadata.name), task, encoder)]
+    check_data(todo)
+    model = KitEncoder(encoder, name) if todo else None
+    for task in todo:
+        yield task.metadata.name, evaluate_task(model, task)
 
 
 def format_table(results: dict) -> str:

@@ -1,9 +1,11 @@
 """The notebooks' figures: sweep curves with the paper's points, Figure 2's similarity distributions, the
-alignment-uniformity plane, and paper-vs-ours bars. Each returns a matplotlib Figure."""
+alignment-uniformity plane, and paper-vs-ours bars. Each returns a matplotlib Figure, drawn in the report's one
+theme (THEME)."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 
 import matplotlib.pyplot as plt
@@ -13,8 +15,21 @@ import pandas as pd
 
 PAPER_STYLE = {"color": "#555555", "marker": "s", "linestyle": "--", "label": "paper"}
 OURS_STYLE = {"color": "#0b6fbf", "marker": "o", "capsize": 4, "label": "reproduced (mean ± std)"}
+#: every figure's look: seaborn's white grid, as matplotlib ships it (importing seaborn for it would cost every
+#: notebook's kernel scipy.stats, most of a CPU-second)
+THEME = "seaborn-v0_8-whitegrid"
 
 
+def themed(draw):
+    """draw, its figure made under THEME (matplotlib's defaults for anything else a process draws stay as they are)."""
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        with plt.style.context(THEME):
+            return draw(*args, **kwargs)
+    return drawn
+
+
+@themed
 def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool = False):
     """One metric over a swept value: our mean ± std per value beside the paper's points. On one y-axis when both
     share a scale; when they cannot (a cpu/smoke profile far from the paper's numbers) two panels, each with its own
@@ -52,6 +67,7 @@ def sweep(comparison: pd.DataFrame, xlabel: str, title: str, rotate_labels: bool
     return fig
 
 
+@themed
 def series(comparison: pd.DataFrame, xlabel: str, title: str):
     """Several rows over the same swept columns (DiffAug Tables 2 and 7: methods over label fractions): one panel for
     the paper's lines and one for ours, side by side, each with its own axis (a cpu or smoke profile lies far from
@@ -75,6 +91,7 @@ def series(comparison: pd.DataFrame, xlabel: str, title: str):
     return fig
 
 
+@themed
 def two_axes(x: list, left: dict[str, list], right: dict[str, list], xlabel: str, title: str, reference=None):
     """Two measures over the same x on twin y-axes, each labelled with its own name (DiffAug Figure 3: δ and κ; Figure
     5: STS-B dev and the stage-1 loss); `reference` (label, value) draws a horizontal line on the left axis."""
@@ -96,6 +113,7 @@ def two_axes(x: list, left: dict[str, list], right: dict[str, list], xlabel: str
     return fig
 
 
+@themed
 def bars(comparison: pd.DataFrame, column: str, title: str):
     """Paper vs reproduced for one column of a table, one pair of bars per row that ran."""
     part = comparison[(comparison.column == column)]
@@ -112,22 +130,32 @@ def bars(comparison: pd.DataFrame, column: str, title: str):
     return fig
 
 
+@themed
 def gold_bins(bins_by_model: dict[str, dict], title: str = "Cosine similarity of STS-B test pairs by gold score"):
-    """DiffCSE Figure 2: one panel per model, one histogram per gold-score group."""
+    """DiffCSE Figure 2: one panel per model, one density histogram per gold-score group (seaborn's histplot on bins
+    shared by the groups, each group's density its own)."""
+    import seaborn as sns
+
     fig, axes = plt.subplots(1, len(bins_by_model), figsize=(5 * len(bins_by_model), 3.6), sharex=True,
                              squeeze=False)
     for ax, (model, bins) in zip(axes[0], bins_by_model.items()):
-        for (name, b), colour in zip(bins.items(), plt.cm.viridis(np.linspace(0, 0.9, len(bins)))):
-            if b["values"]:
-                ax.hist(b["values"], bins=30, density=True, alpha=0.45, color=colour, label=f"{name} (n={b['n']})")
+        groups = {f"{name} (n={b['n']})": b["values"] for name, b in bins.items()}
+        palette = dict(zip(groups, plt.cm.viridis(np.linspace(0, 0.9, len(groups)))))
+        cosines = pd.DataFrame([(group, value) for group, values in groups.items() for value in values],
+                               columns=["gold score", "cosine similarity"])
+        if len(cosines):
+            sns.histplot(cosines, x="cosine similarity", hue="gold score", bins=30, stat="density", common_norm=False,
+                         alpha=0.45, palette=palette, legend=ax is axes[0][-1], ax=ax)
         ax.set_title(model)
         ax.set_xlabel("cosine similarity")
+        ax.set_ylabel("")
         # plain tick labels: a collapsed smoke model's cosines all lie near 1, where matplotlib would print
         # offsets (1e-5 + 9.999e-1) under the axis
         ax.ticklabel_format(axis="x", useOffset=False, style="plain")
         ax.xaxis.set_major_locator(plt.MaxNLocator(5))
     axes[0][0].set_ylabel("density")
-    axes[0][-1].legend(title="gold score", fontsize=8)
+    if axes[0][-1].get_legend():
+        sns.move_legend(axes[0][-1], "best", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -197,6 +225,7 @@ def _alignment_axes(ax, title: str) -> None:
     ax.set_title(title)
 
 
+@themed
 def align_uniform(points: dict[str, tuple[float, float]], paper: dict[str, tuple[float, float]] | None = None):
     """DiffCSE Table 11 as Wang & Isola's plane: alignment against uniformity, lower-left is better."""
     fig, ax = plt.subplots(figsize=(5, 4))
@@ -218,6 +247,7 @@ def to_data_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+@themed
 def align_uniform_sts(points: dict[str, tuple[float, float, float]], paper: dict[str, tuple[float, float]] | None = None,
                       title: str = "Alignment vs uniformity"):
     """SCD Figure 2: uniformity (x) against alignment (y), each model coloured by its average STS; the paper's
@@ -236,6 +266,7 @@ def align_uniform_sts(points: dict[str, tuple[float, float, float]], paper: dict
     return fig
 
 
+@themed
 def seed_strip(long: pd.DataFrame, column: str, title: str):
     """Every seed's score per row (one dot each, jittered sideways) with the row's mean as a bar: the spread that a
     paper's single number hides."""
@@ -254,6 +285,7 @@ def seed_strip(long: pd.DataFrame, column: str, title: str):
     return fig
 
 
+@themed
 def pareto(points: dict[str, tuple[float, float]], front: list[str], xlabel: str, ylabel: str, title: str):
     """Score against cost, one point per method, the Pareto front (no method cheaper and better) joined and named
     in bold; labels below their point, in the point's order along x so that none stack."""

@@ -1,4 +1,4 @@
-"""Masked-LM corruption, shared by DiffCSE's generator input and the fitting of an MLM head (cse_kit.mlm_head)."""
+"""Masked-LM corruption, shared by DiffCSE's generator input and the fitting of an MLM head (cse_kit.methods.mlm_head)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import signal
 
 import psutil
 
-#: a local submitit job's controller restarts its worker when the worker leaves to requeue (cse_kit.parallel)
+#: a local submitit job's controller restarts its worker when the worker leaves to requeue (cse_kit.results.parallel)
 LOCAL_CONTROLLER = "submitit.local._local"
 #: multiprocessing's resource tracker ends with the report; stopped before, it is relaunched, with a traceback for
 #: each semaphore it no longer knows

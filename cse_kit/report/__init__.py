@@ -21,18 +21,19 @@ from pathlib import Path
 import pandas as pd
 from traitlets.config import Config
 
+from ..data import resolve_data_dir
+from ..data.published import artefacts, paper_spec
+from ..environment import source_digest
+from ..experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV, resolve_profile
+from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
+                                  values_html, within_tolerance)
+from ..io import write_json_atomic, write_text_atomic
+from ..papers import PAPERS, all_notebooks, paper_key, paper_module
+from ..papers import notebooks as paper_notebooks
+from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
+from ..papers.comparison import TITLE as COMPARISON_TITLE
+from ..results import default_results_dir
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
-from .comparison import NOTEBOOK as COMPARISON_NOTEBOOK
-from .comparison import TITLE as COMPARISON_TITLE
-from .data import resolve_data_dir
-from .experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV, resolve_profile
-from .io import write_json_atomic, write_text_atomic
-from .paper import artefacts, paper_spec
-from .papers import PAPERS, all_notebooks, paper_key, paper_module
-from .papers import notebooks as paper_notebooks
-from .render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text, values_html,
-                     within_tolerance)
-from .results import default_results_dir, source_digest
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
 NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
@@ -256,7 +257,7 @@ def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
 
 
 def comparison_line(table: dict | None, failed: str | None) -> dict:
-    """The head-to-head of every method (cse_kit.comparison), listed apart from the papers' artefacts: built on a
+    """The head-to-head of every method (cse_kit.papers.comparison), listed apart from the papers' artefacts: built on a
     profile or not; it has no paper number to reproduce."""
     line = {"paper": COMPARISON_TITLE, "key": "comparison", "artefact": "all methods", "apart": True,
             "title": "every method, one protocol: seeds, significance, cost", "notebook": COMPARISON_NOTEBOOK,
@@ -471,7 +472,7 @@ def _execute_in_worker(name: str, params: dict, executed_dir: Path, force: bool,
 
 
 def _start_worker(threads: int) -> None:
-    """A worker of execute_all ignores Ctrl-C: cli.cmd_report stops it (cse_kit.stopping), else the pool's exit would
+    """A worker of execute_all ignores Ctrl-C: cli.cmd_report stops it (cse_kit.report.stopping), else the pool's exit would
     wait for it. Its kernels share the cores with the other workers' (torch's threads, unless OMP_NUM_THREADS says)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -534,9 +535,9 @@ def longest_first(names: list[str], profile: str) -> list[str]:
 
 
 def default_jobs(profile: str) -> int:
-    """Notebooks at once unless told: a smoke run's tiny models keep at most one core busy, so up to 4 (on a 2-core
-    CPU, 2 brought the smoke report from 15 min 45 s to 8 min 4 s); cpu and paper training use every core or the
-    GPU: one."""
+    """Notebooks at once unless told: a smoke run's tiny models keep at most one core busy, so one per core up to 4
+    (what that makes of the smoke report's time: docs/notebooks.md, measured by bench/report_speed.py); cpu and
+    paper training use every core or the GPU: one."""
     return max(1, min(4, os.cpu_count() or 1)) if profile == "smoke" else 1
 
 
@@ -578,7 +579,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     out_dir/index.html: the coverage matrix of every paper, then one section per paper. Returns its path."""
     import nbformat
 
-    from .experiments import PROFILE_NOTES
+    from ..experiments import PROFILE_NOTES
 
     check_notebooks()
     profile = resolve_profile(profile)

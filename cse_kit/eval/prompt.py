@@ -121,15 +121,3 @@ class PromptReading:
         return {"template": self.template, "fill": self.fill, "append_period": self.append_period,
                 "denoise_positions": self.denoise_positions, "head": self.head_kind}
 
-
-def build_prompt_head(kind: str, config) -> nn.Module:
-    """A freshly made head of `kind` (PROMPT_HEADS) for an encoder of `config`, to load saved weights into."""
-    if kind == "mlm_transform":
-        from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
-
-        return BertPredictionHeadTransform(config)
-    if kind == "mlp":
-        from .methods.contrastive import MLPProjector
-
-        return MLPProjector(config.hidden_size)
-    raise ValueError(f"unknown prompt head {kind!r}; choose one of: {', '.join(PROMPT_HEADS)}")
