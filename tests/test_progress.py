@@ -8,14 +8,12 @@ import subprocess
 import sys
 
 import nbformat
-import pytest
 
 from cse_kit.experiments import TERMINAL_PROGRESS_ENV
 
 from conftest import REPO
 
 
-@pytest.mark.slow  # a kernel, MiniLM twice: 100 s on the loaded 2-core machine
 def test_fitting_an_mlm_head_and_tokenizing_in_papermill_report_on_the_terminal_and_leave_one_line_each(
         tmp_path, data_dir):
     cells = [
@@ -27,7 +25,7 @@ def test_fitting_an_mlm_head_and_tokenizing_in_papermill_report_on_the_terminal_
         "tokenizer = load_model('all-MiniLM-L6-v2', offline=True)[0]\n"
         "sentences = [(s,) for s in load_corpus('Wiki1M-sample', data_dir)[:2500]]\n"
         f"dataset = tokenize(sentences, tokenizer, 32, {str(tmp_path / 'cache')!r})",
-        "from cse_kit.mlm_head import fit_mlm_head\n"
+        "from cse_kit.methods.mlm_head import fit_mlm_head\n"
         f"report = fit_mlm_head('all-MiniLM-L6-v2', {str(tmp_path / 'mlm')!r}, data_dir=data_dir, steps=3, "
         "batch_size=8, holdout=40)",
     ]
