@@ -56,7 +56,7 @@ class Timed:
 
 
 def one_run(preset: str, log_with: str, steps: int, data_dir, folder: Path) -> dict:
-    cfg = build_config(preset, "smoke", {"output_dir": str(folder), "max_steps": steps, "log_with": log_with,
+    cfg = build_config(preset, "smoke", {"output_dir": str(folder), "max_examples": 16 * steps, "log_with": log_with,
                                          **({"data_dir": data_dir} if data_dir else {})})
     with Timed() as timed:
         start = time.perf_counter()
@@ -71,7 +71,8 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="diffcse-bert-sts")
     p.add_argument("--log-with", default="tensorboard")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=16, help="training steps of each run (the smoke profile logs every 2)")
+    p.add_argument("--steps", type=int, default=16, help="training steps of each run: one epoch of 16 x steps "
+                   "examples (the smoke profile's batch); it logs every 2 and evaluates every 8")
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
     rows = {"none": [], args.log_with: []}

@@ -155,7 +155,6 @@ def test_tensorboard_holds_the_log_step_for_step_and_the_test_numbers_and_a_fail
     assert json.loads((run / STATE_FILE).read_text())["tensorboard"] == "diffaug-semi-bert,max_steps=6,seed=7"
 
 
-@pytest.mark.slow  # three short trainings with W&B's and MLflow's start-up
 def test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_no_step_twice(
         data_dir, tmp_path, offline_trackers):
     """A run stopped after its first step, resumed to the end; then, as if killed after logging steps its checkpoint
@@ -199,7 +198,6 @@ def test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_
 SCREENSHOT_ENV = "CSE_KIT_TENSORBOARD_SCREENSHOT"
 
 
-@pytest.mark.slow  # three smoke runs and TensorBoard's start
 def test_tensorboard_shows_a_table_sweep_by_readable_run_names_in_a_browser(data_dir, tmp_path, offline_trackers):
     """`tensorboard --logdir <results>/runs` on a λ sweep trained through the results store, as a notebook does,
     in headless Chromium: every run is listed by its readable name and the dev and loss charts are drawn.

@@ -34,6 +34,8 @@ PROJECT = "cse-kit"
 WANDB_CONNECT_SECONDS = 3.0
 #: trackers that keep every value sent: a resumed run does not send again the steps they hold
 KEEP_EVERY_VALUE = ("wandb", "mlflow")
+#: how a step is sent: MLflow in the background (its run's end waits for it), not 10 ms of SQLite per log
+LOG_OPTIONS = {"mlflow": {"synchronous": False}}
 
 
 def tracker_names() -> list[str]:
@@ -164,7 +166,7 @@ class RunTrackers:
             if tracker.name in KEEP_EVERY_VALUE and step <= sent.get(f"{tracker.name} {kind}", -1):
                 continue
             try:
-                tracker.log(values, step=step)
+                tracker.log(values, step=step, **LOG_OPTIONS.get(tracker.name, {}))
             except Exception as e:
                 self.active.remove(tracker)
                 self._failed(tracker.name, e, f"at step {step}")
