@@ -116,6 +116,18 @@ def test_which_trackers_a_run_logs_to(monkeypatch):
         chosen_trackers(None)
 
 
+@pytest.mark.parametrize("command", [["train", "--preset", "simcse-bert", "--profile", "smoke"], ["report"]])
+def test_a_misspelt_tracker_is_one_line_before_anything_runs(command, capsys):
+    from cse_kit.cli import main
+
+    assert main([*command, "--log-with", "tensorboard,wandbb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cse-kit: error: unknown tracker(s) wandbb in log_with='tensorboard,wandbb': give none or a "
+                          "comma-separated list of aim, clearml, comet_ml, dvclive, mlflow, swanlab, tensorboard, "
+                          "trackio, wandb"), err
+    assert len(err.splitlines()) == 1
+
+
 def test_a_run_is_named_by_its_preset_what_differs_from_it_and_its_seed():
     cfg = build_config("diffcse-bert-sts", "smoke", {"lam": 0.01, "seed": 3, "output_dir": "/x", "log_with": "none"})
     assert run_name(cfg) == "diffcse-bert-sts lam=0.01 seed=3"
