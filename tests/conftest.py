@@ -60,10 +60,9 @@ FLOAT64 = 1e-12
 BFLOAT16 = 2e-2
 
 
-def agrees(expected, tolerance: float, scale: float | None = None):
-    """pytest.approx of `expected` within `tolerance` (one of the above) relative to each value, or to `scale` for
-    figures that are differences of larger ones (a loss near 0)."""
-    return pytest.approx(expected, rel=tolerance, abs=tolerance * scale if scale else 0.0)
+def agrees(expected, tolerance: float):
+    """pytest.approx of `expected` within `tolerance` (one of the above), relative to each value."""
+    return pytest.approx(expected, rel=tolerance, abs=0.0)
 
 
 def assert_ranks_cannot_swap(scores, tolerance: float) -> None:

@@ -22,6 +22,8 @@ from cse_kit.eval.prompt import PROMPTBERT_BERT, Template
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import STAGE1_FILE, build_objective, load_encoder
 
+from conftest import SAME_ARITHMETIC, agrees
+
 VARIANTS = {"adapter": {"augmentation_module": "adapter"}, "lora": {"augmentation_module": "lora"},
             "same": {"prefix_mode": "same"}, "fix": {"prefix_mode": "fix"}, "tuning": {"prefix_mode": "tuning"}}
 SENTENCES = ["A man is playing a guitar.", "Two dogs run through the snow, chasing a red ball!", "The cat sleeps."]
@@ -141,7 +143,8 @@ def test_the_exported_model_loads_and_scores_as_in_training(variant, runs, data_
     if variant == "lora":
         assert not any("lora" in k for k in load_file(str(run / "model" / "model.safetensors")))
     dev = DevEvaluator(tokenizer, "prompt_mask", data_dir, template=cfg.template)(model)
-    assert dev["stsb_spearman"] == pytest.approx(summary["best"], abs=1e-9)
+    # the evaluator of training, on the model it evaluated (LoRA merged there too), in this process
+    assert dev["stsb_spearman"] == agrees(summary["best"], SAME_ARITHMETIC)
 
 
 def test_an_adapter_model_is_evaluated_by_cse_kit_eval_and_refused_by_export_st(runs, data_dir, tmp_path):

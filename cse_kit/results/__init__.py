@@ -29,14 +29,15 @@ from ..data.registry import BUILT_SOURCES
 from ..environment import PACKAGE, describe, source_digest
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
 from ..train.config import TrainConfig
+from ..train.tracking import log_evaluations
 
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
 RESULT_CODE = ("methods", "train", "eval", "data", "models")
 #: ... but for the MTEB wrapper (it changes no SentEval number; each MTEB result carries its own digest,
 #: cse_kit.eval.mteb_eval.WRAPPER_DIGEST) and the reader of the papers' published numbers
 OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py", "data/published.py")
-#: Config fields that say where things are, not what is computed.
-LOCATIONS = ("output_dir", "data_dir")
+#: Config fields that say where things are (and where the curves are logged), not what is computed.
+LOCATIONS = ("output_dir", "data_dir", "log_with")
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,9 @@ class ResultStore:
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
+                if record["subject"]["kind"] == "trained":  # the test numbers beside the run's curves
+                    log_evaluations(self.run_dir(key), {name: record["metrics"][name] for name in missing},
+                                    self.announce)
             return record
         finally:
             lock.release()

@@ -35,7 +35,8 @@ from ..io import (
 )
 from ..eval.prompt import Template
 from ..models import load_model
-from .config import TrainConfig
+from ..progress import STATUS_SECONDS, duration
+from .config import NOT_TRAINING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
@@ -43,6 +44,7 @@ from .optim import build_optimizer, set_weight_decay
 from .precision import build_accelerator
 from .preemption import StopVote
 from .presets import official_run, precision_words
+from .tracking import RunTrackers
 
 
 class NonFiniteLoss(RuntimeError):
@@ -62,9 +64,6 @@ class TrainingStopped(Exception):
 STAGE1_FILE = "stage1.safetensors"
 #: The checkpoint being written beside the last one.
 NEW_CHECKPOINT = ".checkpoint.new"
-#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
-NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
-                "stage1_snapshot_steps")
 
 
 def training_changes(old: dict, new: dict) -> dict:
@@ -122,19 +121,6 @@ def _is_better(new: float, best: float | None) -> bool:
     return math.isfinite(new) and (best is None or new > best)
 
 
-#: seconds between two of a run's status lines (its step and the time left), the first after its first step
-STATUS_SECONDS = 30.0
-
-
-def duration(seconds: float) -> str:
-    """A time as a person reads it: 40 s, 12 min, 3 h 05 min."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-
-
 def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False,
           announce=partial(print, flush=True), status=None) -> dict:
     """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary. announce(line)
@@ -145,10 +131,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     A run resumes only with the configuration it was started with (what differs is named), unless
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
     on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
-    folder (run_lock): a second one waits for the first and then resumes or returns its run."""
+    folder (run_lock): a second one waits for the first and then resumes or returns its run. What the run logs also
+    goes to the trackers of cfg.log_with (cse_kit.train.tracking; by default TensorBoard beside log.jsonl)."""
+    trackers = RunTrackers(cfg.log_with, announce)  # an unknown tracker is refused before anything loads
     with run_lock(Path(cfg.output_dir)):
-        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
-                      status=status)
+        try:
+            return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
+                          status=status, trackers=trackers)
+        finally:  # a stopped or failed run's trackers keep what they were sent
+            trackers.finish()
 
 
 @contextlib.contextmanager
@@ -171,7 +162,7 @@ def run_lock(run: Path):
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status) -> dict:
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status, trackers) -> dict:
     """train() under the run folder's lock: a finished run is returned as it is; any other is set up, resumed from its
     checkpoint where it has one, trained step by step and finished."""
     run = Path(cfg.output_dir)
@@ -184,7 +175,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     training = _Training.set_up(cfg, run, checkpoint)
     if resumed:
         training.resume(changes)
-    training.start(announce, resumed)
+    training.start(announce, resumed, trackers)
     training.train_steps(_Progress(training, progress, status))
     return training.finish()
 
@@ -354,6 +345,8 @@ class _Training:
     environment: dict = field(default_factory=dict)
     last_save: float = 0.0
     first_bad: torch.Tensor | None = None  # the step of the first non-finite loss, -1 while none (on the device)
+    grad_norm: torch.Tensor | None = None  # the last step's, before clipping (where max_grad_norm clips)
+    trackers: RunTrackers | None = None
 
     @classmethod
     def set_up(cls, cfg: TrainConfig, run: Path, checkpoint: Path) -> _Training:
@@ -411,9 +404,9 @@ class _Training:
     def log_path(self) -> Path:
         return self.run / "log.jsonl"
 
-    def start(self, announce, resumed: bool) -> None:
+    def start(self, announce, resumed: bool, trackers: RunTrackers) -> None:
         """The run folder's configuration and environment written, its log cut back to the checkpoint's step (what
-        was logged after it is trained again), and the run's header line announced."""
+        was logged after it is trained again), its trackers started, and the run's header line announced."""
         accelerator, cfg = self.accelerator, self.cfg
         self.environment = describe(accelerator.device)
         if accelerator.is_main_process:
@@ -421,6 +414,8 @@ class _Training:
             write_json_atomic(self.run / "config.json", cfg.to_dict())
             write_json_atomic(self.run / "environment.json", self.environment)
             _truncate_log(self.log_path, self.state["step"], _restart(self.run))
+        trackers.start(cfg, self.run, self.state["step"] if resumed else None, accelerator.is_main_process)
+        self.trackers = trackers
         self.last_save = time.monotonic()
         self.first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
         if accelerator.is_main_process:
@@ -473,9 +468,9 @@ class _Training:
             self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss.detach()), self.state["step"] + 1)
             self.accelerator.backward(loss)
         if self.cfg.max_grad_norm:
-            clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
-                           self.unwrapped.clipped_parameters() if self.first_stage else self.params,
-                           self.cfg.max_grad_norm)
+            self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
+                                            self.unwrapped.clipped_parameters() if self.first_stage else self.params,
+                                            self.cfg.max_grad_norm)
         self.optimizers[current].step()
         self.schedulers[current].step()
         self.objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
@@ -498,11 +493,13 @@ class _Training:
         if self.accelerator.is_main_process:
             with writing(self.log_path), self.log_path.open("a") as f:  # a torn last line is dropped on resume
                 f.write(json.dumps(record) + "\n")
+            self.trackers.log(record)
 
     def log_losses(self, step: int, stage: int, out: dict) -> float:
         """The step's learning rate and losses into the log. Returns the loss."""
         record = {"step": step, "lr": self.schedulers[_optimizer_index(stage)].get_last_lr()[0],
-                  **({"stage": stage} if self.first_stage else {}), **{k: float(v.detach()) for k, v in out.items()}}
+                  **({"stage": stage} if self.first_stage else {}), **{k: float(v.detach()) for k, v in out.items()},
+                  **({"grad_norm": float(self.grad_norm)} if self.cfg.max_grad_norm else {})}
         self.log(record)
         return record["loss"]
 
