@@ -320,8 +320,8 @@ class ResultStore:
         summary = train(cfg, progress=self.progress, announce=self.announce, status=self.status)
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
         return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
-                "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes", "mixed_precision",
-                                                  "peak_gpu_memory_bytes", "peak_rss_bytes")},
+                "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes",
+                                                  "mixed_precision", "peak_gpu_memory_bytes", "peak_rss_bytes")},
                 "dev_curve": [r for r in curve if "dev" in r], "train_curve": [r for r in curve if "dev" not in r],
                 "timings": {f"train_{k}_s": v for k, v in summary["seconds"].items()}}
 
