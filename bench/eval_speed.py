@@ -7,11 +7,13 @@
                                        # `--tasks all`: fixed batches of 128 vs the token budget, same numbers?
                                        # (--shape bert-base: BertConfig() with random weights, no download)
   python bench/eval_speed.py full [--shape minilm|bert-base|roberta-base] [--device cuda|cpu] [--tasks all]
-                                  [--mode test] [--pooler avg] [--tf32]
+                                  [--mode test] [--pooler avg] [--tf32] [--amp]
                                        # `cse-kit eval --tasks all --mode test` timed in parts: encoding (every
                                        # distinct sentence once), STS scoring, each transfer task's classifiers;
                                        # --tf32 (CUDA): evaluates with TF32 matmuls off, then on, and prints every
-                                       # number (STS and transfer, 4 decimals) that moves, and both times
+                                       # number (STS and transfer, 4 decimals) that moves, and both times;
+                                       # --amp: fp32, then bf16 autocast (`cse-kit eval --amp`), the same, with
+                                       # each dtype's matmul ceiling measured in the run
   python bench/eval_speed.py eta [--tasks all] [--limit N]
                                        # the encoding bar's ETA against the time the encoding really took: how far
                                        # off it is after the first 10% of the work (the target: within 20%)
@@ -212,10 +214,10 @@ def _numbers(result: dict, prefix: str = "") -> dict:
     return out
 
 
-def run_full(tokenizer, model, args) -> dict:
-    """One `cse-kit eval` of the model (a fresh encoder: nothing cached)."""
+def run_full(tokenizer, model, args, amp: bool = False) -> dict:
+    """One `cse-kit eval` of the model (a fresh encoder: nothing cached); amp: `cse-kit eval --amp`."""
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    enc = Encoder(model, tokenizer, args.pooler, device=device, progress=False)
+    enc = Encoder(model, tokenizer, args.pooler, device=device, amp=amp, progress=False)
     start = time.perf_counter()
     result = evaluate(enc, args.tasks or "all", args.mode, args.data_dir, model_name=args.shape)
     result["timings"]["wall_s"] = time.perf_counter() - start
@@ -230,7 +232,8 @@ def print_full(result: dict, args, label: str = "") -> None:
     env = result["environment"]
     device = env.get("gpu") or f"{env['device']}, {env['torch_threads']} threads"
     print(f"cse-kit eval --tasks {args.tasks or 'all'} --mode {args.mode}, {args.shape} shape"
-          f"{' (random weights)' if args.shape != 'minilm' else ''}, pooler {args.pooler}, {device}, fp32{label}")
+          f"{' (random weights)' if args.shape != 'minilm' else ''}, pooler {args.pooler}, {device}, "
+          f"{'bf16 autocast' if result['amp'] else 'fp32'}{label}")
     print(f"  encoding             {t['encode_s']:8.1f} s  {100 * t['encode_s'] / total:5.1f}%  "
           f"({t['distinct_sentences']} distinct sentences, {t['distinct_sentences'] / t['encode_s']:.0f} sentences/s)")
     print(f"  STS scoring          {t['sts_s']:8.1f} s  {100 * t['sts_s'] / total:5.1f}%")
@@ -243,6 +246,8 @@ def print_full(result: dict, args, label: str = "") -> None:
 def bench_full(tokenizer, model, args):
     model = shape_model(model, args)
     cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    if args.amp:
+        return compare_amp(tokenizer, model, args)
     if not args.tf32:
         return print_full(run_full(tokenizer, model, args), args)
     if not cuda:
@@ -257,11 +262,40 @@ def bench_full(tokenizer, model, args):
         finally:
             torch.set_float32_matmul_precision(previous)
         print_full(runs[precision], args, ", TF32 " + ("on" if precision == "high" else "off"))
-    off, on = (_numbers({"sts": r["sts"], "transfer": r["transfer"]}) for r in runs.values())
-    moved = {k: (off[k], on.get(k)) for k in off if on.get(k) is None or round(off[k], 4) != round(on[k], 4)}
-    print(f"TF32 moved {len(moved)} of {len(off)} numbers at 4 decimals"
-          + "".join(f"\n  {k}: {a:.4f} -> {b:.4f}" for k, (a, b) in moved.items()))
+    print_moved("TF32", *runs.values())
     print(f"wall time: {runs['highest']['timings']['wall_s']:.1f} s off, {runs['high']['timings']['wall_s']:.1f} s on")
+
+
+def print_moved(what: str, before: dict, after: dict) -> None:
+    """Every STS and transfer number that `what` moved at 4 decimals, and the largest move."""
+    off, on = (_numbers({"sts": r["sts"], "transfer": r["transfer"]}) for r in (before, after))
+    moved = {k: (off[k], on.get(k)) for k in off if on.get(k) is None or round(off[k], 4) != round(on[k], 4)}
+    largest = max((abs(b - a) for a, b in moved.values() if b is not None), default=0.0)
+    print(f"{what} moved {len(moved)} of {len(off)} numbers at 4 decimals, at most by {largest:.4f}"
+          + "".join(f"\n  {k}: {a:.4f} -> {b:.4f}" for k, (a, b) in moved.items()))
+
+
+def compare_amp(tokenizer, model, args) -> None:
+    """fp32, then `--amp` (bf16 autocast on a CPU with a bf16 unit, bf16/fp16 on CUDA), in one run: both times,
+    the matmul ceiling of each dtype measured in the same run, and every number the autocast moved."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from paper_speed import matmul_ceiling
+
+    runs = [run_full(tokenizer, model, args), run_full(tokenizer, model, args, amp=True)]
+    for r in runs:
+        print_full(r, args)
+    if not runs[1]["amp"]:
+        print("--amp: this device has no bf16 unit (AMX-BF16, AVX512-BF16) or GPU: the second run was fp32 as well")
+        return
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    ceiling = {dtype: matmul_ceiling(dtype, device) for dtype in (torch.float32, torch.bfloat16)}
+    fp32, amp = (r["timings"] for r in runs)
+    print(f"encoding: {fp32['encode_s']:.1f} s fp32, {amp['encode_s']:.1f} s bf16 "
+          f"({fp32['encode_s'] / amp['encode_s']:.2f}x); "
+          f"the matmul ceiling measured now (2048³): fp32 {ceiling[torch.float32]:.3f} TFLOP/s, bf16 "
+          f"{ceiling[torch.bfloat16]:.3f} ({ceiling[torch.bfloat16] / ceiling[torch.float32]:.2f}x)")
+    print(f"wall time: {fp32['wall_s']:.1f} s fp32, {amp['wall_s']:.1f} s bf16 ({fp32['wall_s'] / amp['wall_s']:.2f}x)")
+    print_moved("bf16 autocast", *runs)
 
 
 def main():
@@ -273,6 +307,8 @@ def main():
     p.add_argument("--mode", default="test", help="full: the evaluation mode (test, fasttest, dev)")
     p.add_argument("--pooler", default="avg", help="full and eta: the pooler")
     p.add_argument("--tf32", action="store_true", help="full, CUDA: evaluate with TF32 matmuls off and on, compare")
+    p.add_argument("--amp", action="store_true", help="full: evaluate in fp32, then as `cse-kit eval --amp` (bf16 "
+                                                      "autocast on a CPU with a bf16 unit or a GPU), compare")
     p.add_argument("--limit", type=int, default=None, help="encode only the first N distinct sentences")
     p.add_argument("--max-tokens", type=int, default=16384)
     p.add_argument("--data-dir")

@@ -2,7 +2,7 @@
 
   python bench/train_speed.py --shape bert-base [--device cuda|cpu] [--methods simcse,diffcse,...] [--steps 8]
                               [--warmup 2] [--batch-size N] [--peak-tflops T] [--dev-pairs N] [--compile] [--tf32]
-                              [--mixed-precision no|bf16|fp16] [--output result.json]
+                              [--mixed-precision no|bf16|fp16|no,bf16] [--profile] [--output result.json]
 
 What is built, all from configs (no download, random weights):
 - the encoder: BERT-base (`transformers.BertConfig()`) or RoBERTa-base (`RobertaConfig` with roberta-base's sizes),
@@ -32,7 +32,9 @@ for a pass without (DiffCSE's generator, ESimCSE's momentum encoder), counted by
 models; vocabulary projections, attention scores, projectors and DiffAug's prefix attention are left out (and a
 frozen encoder that passes gradients back, DiffAug's stage 1, is counted as trained). The fraction of peak divides
 the achieved FLOP/s by the device's dense tensor peak for the precision run (PEAK_TFLOPS; `--peak-tflops` for others;
-none on CPU unless given).
+on CPU the matmul ceiling of the precision's dtype, one 2048³ product measured in the same run).
+`--mixed-precision no,bf16` times each method in each precision, one after the other, and prints the later one's
+speed-up; `--profile` prints torch.profiler's operator table of one more step per method and precision.
 
 Projected wall time of a preset's full run: its steps (epochs x 1,000,000 / batch, + DiffAug's stage-1 steps at their
 own step time) x the step time, + its dev evaluations (every eval_steps steps and at the end) x the dev time, + a
@@ -47,6 +49,7 @@ evaluation number is `python bench/eval_speed.py full --tf32`.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -162,14 +165,15 @@ def sentence_encoder(tokenizer, max_length: int, template=None, random_vocab: in
     return encode
 
 
-def build_method(key: str, args, tokenizer):
-    """(config, objective) of the method's preset on the paper profile, around a config-built encoder."""
+def build_method(key: str, args, tokenizer, precision: str | None = None):
+    """(config, objective) of the method's preset on the paper profile, around a config-built encoder; `precision`:
+    its mixed_precision instead of the preset's."""
     from cse_kit.train import build_config, build_objective
 
     preset = PRESETS[args.shape][key]
     batch = {"batch_size": args.batch_size, "nli_batch_size": args.batch_size} if args.batch_size else {}
     overrides = {"data_dir": args.data_dir, **batch,
-                 **({"mixed_precision": args.mixed_precision} if args.mixed_precision else {})}
+                 **({"mixed_precision": precision} if precision else {})}
     cfg = build_config(preset, "paper", overrides)
     torch.manual_seed(0)
     encoder = shape_encoder(args.shape, cfg.dropout)
@@ -242,7 +246,7 @@ class Stepper:
     """One training step of an objective as cse_kit.train.loop runs it, timed in parts."""
 
     def __init__(self, objective, cfg, device, stage: int | None = None):
-        from cse_kit.train.loop import _mixed_precision
+        from cse_kit.train.precision import resolve_precision
         from cse_kit.train.optim import build_optimizer
 
         self.objective, self.cfg, self.device, self.stage = objective, cfg, device, stage
@@ -253,7 +257,7 @@ class Stepper:
                                                                       if p.requires_grad]
         self.optimizer = build_optimizer([(names[id(p)], p) for p in params], cfg.optimizer_name(), lr,
                                          cfg.weight_decay_value(), cuda)
-        self.precision = _mixed_precision(cfg.mixed_precision)
+        self.precision = resolve_precision(cfg.mixed_precision, cuda)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
@@ -362,13 +366,32 @@ def gpu_peak(name: str, unit: str) -> tuple[float | None, str]:
     return PEAK_TFLOPS[card][unit], f"{card} dense {unit}"
 
 
+def matmul_ceiling(dtype: torch.dtype, device, n: int = 2048, repeats: int = 5) -> float:
+    """TFLOP/s of one n x n by n x n product in `dtype` on `device`, the median of `repeats` after one warm-up: the
+    ceiling a training step's matmuls can reach here, measured in the same run as the step (on a shared CPU the
+    load moves both alike)."""
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    seconds = []
+    for i in range(repeats + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return 2 * n ** 3 / statistics.median(seconds[1:]) / 1e12
+
+
 def peak_tflops(device, precision: str, given: float | None) -> tuple[float | None, str]:
     """(peak TFLOP/s, what it is) for the precision a step runs in ("bf16", "fp16", else fp32 matmuls: TF32 when
-    allowed); `given` (--peak-tflops) wins; None on CPU and unknown GPUs."""
+    allowed); `given` (--peak-tflops) wins; on CPU the matmul ceiling of the precision's dtype measured now; None on
+    unknown GPUs."""
     if given:
         return given, "--peak-tflops"
     if device.type != "cuda":
-        return None, "n/a on CPU (give --peak-tflops)"
+        name, dtype = ("bf16", torch.bfloat16) if precision == "bf16" else ("fp32", torch.float32)
+        return matmul_ceiling(dtype, device), f"{name} matmul ceiling, 2048³, measured in this run"
     unit = precision if precision in ("bf16", "fp16") else ("tf32" if tf32_allowed() else "fp32")
     return gpu_peak(torch.cuda.get_device_name(device), unit)
 
@@ -393,13 +416,15 @@ def project(cfg, main: dict, stage1: dict | None, dev_s: float, checkpoint_s: fl
 
 # --- one method -------------------------------------------------------------------------------------------------
 
-def measure_method(key: str, args, tokenizer, device) -> dict:
-    cfg, objective = build_method(key, args, tokenizer)
+def measure_method(key: str, args, tokenizer, device, precision: str | None = None) -> dict:
+    cfg, objective = build_method(key, args, tokenizer, precision)
     objective.to(device)
     batches = method_batches(cfg, tokenizer, args)
     two_stage = hasattr(objective, "stage1_parameters")
     stepper = Stepper(objective, cfg, device, stage=2 if two_stage else None)
     main = time_steps(stepper, batches, args.steps, args.warmup)
+    if args.profile:
+        profile_step(stepper, batches, args.warmup + args.steps, f"{NAMES[key]} {_precision_name(stepper.precision)}")
     stage1 = None
     if two_stage and cfg.stage1_steps:
         nli = method_batches(cfg, tokenizer, args, nli=True)
@@ -416,6 +441,20 @@ def measure_method(key: str, args, tokenizer, device) -> dict:
     if args.compile:
         result["compile"] = measure_compile(objective, stepper, batches, args, main, projection)
     return result
+
+
+def profile_step(stepper, batches, step: int, label: str, rows: int = 25) -> None:
+    """torch.profiler over one more step: the operators by their own time, and the share of matrix work in it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if stepper.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        stepper(batches, step)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if re.search(r"mm|matmul|linear|addmm|bmm|_mkl|onednn", e.key))
+    print(f"profile of one {label} step: matrix operators {100 * matmul / total:.0f}% of the operators' own time")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
 def measure_tf32(stepper, batches, args) -> dict:
@@ -458,10 +497,13 @@ def row(result: dict, peak: float | None, stage: str = "main") -> dict:
             "peak_fraction": achieved / peak if peak else None}
 
 
-def print_report(results: list[dict], args, device, peak: float | None, peak_note: str) -> None:
+def print_report(results: list[dict], args, device, peaks: dict[str, tuple[float | None, str]]) -> None:
+    """The table, and each method's precisions side by side; `peaks`: precision -> (peak TFLOP/s, what it is)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    described = "; ".join(f"{_precision_name(p)} {v:.3f} TFLOP/s ({note})" if v else f"{_precision_name(p)}: {note}"
+                          for p, (v, note) in peaks.items())
     print(f"training speed, {args.shape} shape (random weights, built from its config), {name}, "
-          f"medians of {args.steps} steps after {args.warmup} warm-up; peak: {peak_note}; TF32 matmuls "
+          f"medians of {args.steps} steps after {args.warmup} warm-up; peak: {described}; TF32 matmuls "
           f"{'allowed' if tf32_allowed() else 'not allowed'}")
     print("corpus: the Wiki1M sample (11,913 lines) repeated to 1,000,000 lines in memory, tokenized per batch")
     head = (f"{'method':18s} {'preset':22s} {'batch':>5s} {'prec':>4s} {'ms/step':>9s} {'sent/s':>8s} "
@@ -472,7 +514,7 @@ def print_report(results: list[dict], args, device, peak: float | None, peak_not
         projection = r["projection"]
         shares = {k: 100 * v / projection["total_s"] for k, v in projection["parts_s"].items()}
         for stage in ("main", "stage1") if r["stage1"] else ("main",):
-            m = row(r, peak, stage)
+            m = row(r, peaks[r["precision"]][0], stage)
             label = r["method"] + (" stage 1" if stage == "stage1" else "")
             fraction = f"{100 * m['peak_fraction']:.1f}" if m["peak_fraction"] is not None else "n/a"
             tail = (f"{shares['data']:5.1f} {shares['forward+backward']:7.1f} {shares['optimizer']:5.1f} "
@@ -488,6 +530,7 @@ def print_report(results: list[dict], args, device, peak: float | None, peak_not
         stage1 = f"{p['stage1_steps']} stage-1 + " if p["stage1_steps"] else ""
         print(f"  {r['method']}: {stage1}{p['steps']} steps, {p['evaluations']} dev evaluations of "
               f"{d['seconds']:.2f} s{scaled}, {p['checkpoints']} checkpoints of {r['checkpoint_s']:.2f} s")
+    print_precisions(results)
     for r in results:
         if "tf32" in r:
             t = r["tf32"]
@@ -500,6 +543,32 @@ def print_report(results: list[dict], args, device, peak: float | None, peak_not
             print(f"  compile {r['method']}: {1000 * c['step_s']:.1f} ms/step compiled vs "
                   f"{1000 * r['main']['step_s']:.1f} eager ({c['speedup']:.2f}x), compilation {c['compile_s']:.1f} s, "
                   f"break-even after {even} steps, full run {c['full_run_saving_s'] / 60:+.1f} min saved: {verdict}")
+
+
+def _precision_name(precision: str) -> str:
+    return "fp32" if precision == "no" else precision
+
+
+def print_precisions(results: list[dict]) -> None:
+    """Each method timed in several precisions: the later ones' step time beside the first's, in one run."""
+    by_method: dict[str, list[dict]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    for method, runs in by_method.items():
+        first = runs[0]
+        for r in runs[1:]:
+            print(f"  {method}: {_precision_name(r['precision'])} {r['main']['step_s']:.3f} s/step vs "
+                  f"{_precision_name(first['precision'])} {first['main']['step_s']:.3f} s/step: "
+                  f"{first['main']['step_s'] / r['main']['step_s']:.2f}x as fast")
+
+
+def precisions(text: str) -> list[str]:
+    """--mixed-precision's comma-separated settings."""
+    chosen = text.split(",")
+    wrong = [p for p in chosen if p not in ("auto", "no", "bf16", "fp16")]
+    if wrong:
+        raise argparse.ArgumentTypeError(f"unknown precision(s) {', '.join(wrong)}: choose from auto, no, bf16, fp16")
+    return chosen
 
 
 def main(args) -> list[dict]:
@@ -517,17 +586,19 @@ def main(args) -> list[dict]:
     tokenizer = shape_tokenizer()
     results = []
     for key in methods:
-        results.append(measure_method(key, args, tokenizer, device))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    precision = results[0]["precision"]
-    peak, note = peak_tflops(device, precision, args.peak_tflops)
-    print_report(results, args, device, peak, note)
+        for precision in args.mixed_precision or [None]:
+            results.append(measure_method(key, args, tokenizer, device, precision))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    peaks = {p: peak_tflops(device, p, args.peak_tflops) for p in dict.fromkeys(r["precision"] for r in results)}
+    print_report(results, args, device, peaks)
     if args.output:
         for r in results:
-            r.update(row(r, peak))
-        Path(args.output).write_text(json.dumps({"shape": args.shape, "device": str(device), "peak_tflops": peak,
-                                                 "peak": note, "results": results}, indent=1))
+            r.update(row(r, peaks[r["precision"]][0]))
+        Path(args.output).write_text(json.dumps({"shape": args.shape, "device": str(device),
+                                                 "peak_tflops": {p: v for p, (v, _) in peaks.items()},
+                                                 "peak": {p: note for p, (_, note) in peaks.items()},
+                                                 "results": results}, indent=1))
     return results
 
 
@@ -539,9 +610,11 @@ def add_arguments(p) -> None:
     g.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for the precision run")
     g.add_argument("--dev-pairs", type=int, help="time the dev evaluation on the first N pairs of each set, scaled "
                                                  "linearly (for tests: a small N overstates the time)")
-    g.add_argument("--mixed-precision", choices=["auto", "no", "bf16", "fp16"],
-                   help="instead of the preset's (auto: bf16 on CUDA, else fp16; none on CPU)")
+    g.add_argument("--mixed-precision", type=precisions,
+                   help="instead of the preset's (auto: bf16 on CUDA, else fp16; on CPU bf16 where a unit multiplies "
+                        "bf16, else fp32); several, comma-separated (no,bf16), time each method in each, side by side")
     g.add_argument("--checkpoint-dir", help="where the checkpoint is written (default: the system's temp folder)")
     g.add_argument("--compile", action="store_true", help="also time each method compiled, print the payoff")
     g.add_argument("--tf32", action="store_true", help="also time each method with TF32 matmuls (CUDA)")
+    g.add_argument("--profile", action="store_true", help="print torch.profiler's operator table of one more step")
     g.add_argument("--output", help="write the measurements as JSON")

@@ -2,7 +2,7 @@
 
   python bench/train_speed.py [--steps 8] [--batch-size 64]
                               [--methods simcse,diffcse,scd,esimcse,promptbert,consert,diffaug,st] [--eval]
-                              [--glibc-default]
+                              [--glibc-default] [--mixed-precision no,bf16]
   python bench/train_speed.py --shape bert-base|roberta-base [--device cuda|cpu] ...   (issue 26: every method at
                               the papers' shape, built from configs; see bench/paper_speed.py)
 
@@ -12,7 +12,9 @@ SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM 
 PromptBERT (promptbert: the unsupervised preset, two templates and their denoising rows) and ConSERT (consert: feature
 cutoff and shuffle, one pass per view) train on the same sentences. Prints median sentences/s, each method's measured
 cost over SimCSE beside its FLOP ratio, and (--eval)
-the share of wall time a dev evaluation every 125 steps takes. DiffAug (diffaug) is timed as its stage-1 step (NLI
+the share of wall time a dev evaluation every 125 steps takes. `--mixed-precision no,bf16` times every method again
+under bf16 autocast in the same rounds and prints each one's speed-up beside the bf16/fp32 ratio of the matmul
+ceiling measured in the run (`--shape` too: each method in each precision, each beside its dtype's ceiling). DiffAug (diffaug) is timed as its stage-1 step (NLI
 triplets through the prefixes, the official clipping over every gradient) and its stage-2 step (semi-supervised, with
 template denoising), beside a SimCSE step on the same sentences filled into the prompt template (PromptBERT-style
 encoding: about 8 more tokens per sentence); its FLOP ratio to a SimCSE step counts the encoder's matmuls per
@@ -21,6 +23,7 @@ position, the denoising rows and the attention to the 2l prefix keys; peak memor
 
 import argparse
 import statistics
+from functools import partial
 import sys
 import time
 from pathlib import Path
@@ -150,13 +153,18 @@ def diffaug_flop_ratio(diffaug, plain_width: int, templated_width: int, batch, r
 
 
 class StepTimer:
-    def __init__(self, objective, lr):
+    """One training step timed; precision "bf16": the forward under bf16 autocast, as the loop's Accelerator runs
+    it (fp32 weights and optimizer)."""
+
+    def __init__(self, objective, lr, precision: str = "no"):
         self.objective = objective.train()
         self.opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=lr)
+        self.autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
     def __call__(self, batch) -> float:
         t = time.perf_counter()
-        loss = self.objective(batch)["loss"]
+        with self.autocast():
+            loss = self.objective(batch)["loss"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for g in self.opt.param_groups for p in g["params"]], 1.0)
         self.opt.step()
@@ -252,6 +260,9 @@ def main():
     texts = [ex[0] for ex in load_examples("Wiki1M-sample", args.data_dir)]
     order = batches.order(0)
     steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
+    # each further precision (--mixed-precision no,bf16): the same objectives timed in it, in the same rounds
+    extra = [p for p in dict.fromkeys(args.mixed_precision or ["no"]) if p != "no"]
+    steps.update({f"{name} {p}": StepTimer(obj, 3e-5, p) for p in extra for name, obj in objectives.items()})
     if "st" in chosen:
         steps["sentence-transformers MNRL"] = sentence_transformers_step(args.batch_size, 3e-5)
     times = {name: [] for name in steps}
@@ -285,6 +296,13 @@ def main():
           f"malloc {'glibc default' if args.glibc_default else 'keeping freed memory'}")
     for k, v in med.items():
         print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
+    for p in extra:
+        ceilings = {dtype: paper_speed.matmul_ceiling(dtype, torch.device("cpu")) for dtype in (torch.float32,
+                                                                                                  torch.bfloat16)}
+        print(f"  matmul ceiling measured now (2048³): fp32 {ceilings[torch.float32]:.3f} TFLOP/s, {p} "
+              f"{ceilings[torch.bfloat16]:.3f} ({ceilings[torch.bfloat16] / ceilings[torch.float32]:.2f}x)")
+        print("  " + ", ".join(f"{name} {med[name] / med[f'{name} {p}']:.2f}x" for name in objectives)
+              + f": {p} step speed-up over fp32, measured in the same rounds")
     if "sentence-transformers MNRL" in med:
         print(f"  SimCSE vs sentence-transformers: {med['sentence-transformers MNRL'] / med['SimCSE']:.2f}x as fast")
     if "DiffCSE" in med:

@@ -18,6 +18,13 @@ def _raise_terminated(signum, frame):
     raise Terminated
 
 
+def _log_with_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-with", metavar="NAME[,NAME]",
+                   help="trackers of the training curves: none, or Accelerate's (tensorboard, wandb, mlflow, trackio, "
+                        "aim, comet_ml, clearml, dvclive, swanlab); default: $CSE_KIT_LOG_WITH, else tensorboard where "
+                        "it is installed (event files beside each run's log.jsonl)")
+
+
 def _data_dir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None,
                    help="data directory (default: $CSE_KIT_DATA, else data/ in the repository)")
@@ -191,12 +198,18 @@ def cmd_train(args) -> int:
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
+    from pathlib import Path
+
+    from .train.tracking import watch_commands
+
+    for command in watch_commands(Path(cfg.output_dir)):
+        print(f"watch its curves: {command}")
     return 0
 
 
 def _train_overrides(args) -> list[str]:
     out = list(args.set or [])
-    for name in ("output_dir", "seed", "data_dir", "max_steps"):
+    for name in ("output_dir", "seed", "data_dir", "max_steps", "log_with"):
         if getattr(args, name) is not None:
             out.append(f"{name}={getattr(args, name)}")
     return out
@@ -239,6 +252,13 @@ def cmd_report(args) -> int:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.log_with is not None:  # the notebooks' kernels and the workers inherit it, as the results folder
+        import os
+
+        from .train.tracking import LOG_WITH_ENV, chosen_trackers
+
+        chosen_trackers(args.log_with)  # an unknown name is refused here, not in every notebook
+        os.environ[LOG_WITH_ENV] = args.log_with
     from .results.parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
 
     if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
@@ -332,8 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "CUDA, none on CPU)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the model's cse_kit.json, else none)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on GPU (faster, not the "
-                                                     "papers' fp32 protocol; recorded in the result)")
+    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on a GPU, or bf16 on a CPU "
+                   "with a bf16 unit (AMX, AVX512-BF16; elsewhere fp32): faster, not the papers' fp32 protocol; "
+                   "recorded in the result")
     _data_dir_arg(p)
     p.set_defaults(func=cmd_eval)
 
@@ -353,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
     p.add_argument("--no-progress", action="store_true")
+    _log_with_arg(p)
     p.add_argument("--resume-with-changes", action="store_true",
                    help="resume a checkpoint although settings that change training differ (lr, schedule length, ...): "
                         "they apply from the checkpoint's step on, and are recorded in summary.json")
@@ -392,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
                         "jobs with --cluster slurm (default 1: there every run is a job's); the results store's locks "
                         "keep any run from being trained twice")
+    _log_with_arg(p)
     p.add_argument("--cluster", default="local", choices=["local", "slurm"],
                    help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
                         "e.g. '{\"slurm_partition\": \"gpu\"}'")

@@ -7,6 +7,7 @@ import ctypes.util
 import hashlib
 import os
 import platform
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,38 @@ def describe(device: str | torch.device | None = None) -> dict:
         env["cuda"] = torch.version.cuda
     else:
         env["cpu"] = platform.processor() or platform.machine()
+        env["cpu_bf16"] = cpu_bf16_unit()  # the unit that multiplies bf16 natively, or None
     return env
+
+
+#: /proc/cpuinfo flags of a native bf16 multiply, the fastest first, with the name a run's header and record give it.
+BF16_UNITS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of /proc/cpuinfo's text (x86 `flags`, Arm `Features`)."""
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+@lru_cache(maxsize=1)
+def cpu_bf16_unit() -> str | None:
+    """The name of this CPU's native bf16 multiply (AMX-BF16, AVX512-BF16), or None: no such unit, not Linux, or a
+    torch whose oneDNN runs no bf16."""
+    try:
+        flags = cpu_flags(Path("/proc/cpuinfo").read_text()) if platform.system() == "Linux" else set()
+    except OSError:
+        flags = set()
+    unit = bf16_unit_of(flags)
+    return unit if unit and torch.backends.mkldnn.is_available() else None
+
+
+def bf16_unit_of(flags: set[str]) -> str | None:
+    """The fastest native bf16 multiply among a CPU's feature flags (BF16_UNITS), or None."""
+    return next((name for flag, name in BF16_UNITS if flag in flags), None)
 
 
 def source_digest(parts=(".",), leave_out=()) -> str:

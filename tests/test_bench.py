@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from cse_kit.train.precision import resolve_precision
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
@@ -44,7 +46,7 @@ def check_train_table(stdout: str, result: dict, methods) -> None:
         assert re.search(r"\d+\.\d (h|min)$", line), line  # the projected full run
     for r in result["results"]:
         assert math.isfinite(r["ms_step"]) and r["ms_step"] > 0
-        assert r["tflop_step"] > 0 and r["peak_fraction"] is None  # no peak on CPU unless given
+        assert r["tflop_step"] > 0 and r["peak_fraction"] > 0  # of the precision's matmul ceiling measured in the run
         projection = r["projection"]
         assert math.isfinite(projection["total_s"]) and projection["total_s"] > 0
         assert set(projection["parts_s"]) == {"data", "forward+backward", "optimizer", "dev evaluation",
@@ -63,11 +65,26 @@ def test_train_speed_bert_base_shape_on_cpu(data_dir, tmp_path):
     result = json.loads(out.read_text())
     check_train_table(stdout, result, ["simcse"])
     simcse = result["results"][0]
-    assert simcse["preset"] == "simcse-bert" and simcse["batch_size"] == 2 and simcse["precision"] == "no"
+    # the paper preset's mixed_precision=auto as this CPU resolves it: bf16 where a unit multiplies bf16, else fp32
+    assert simcse["preset"] == "simcse-bert" and simcse["batch_size"] == 2
+    assert simcse["precision"] == resolve_precision("auto", cuda=False)
     # 6 x BERT-base's 85.45 M non-embedding weights x (2 rows x 2 views x width) positions, width <= 32
     width = simcse["main"]["flops"] / (6 * 4 * 85_450_752)
     assert 3 <= width <= 32
     assert simcse["dev"]["pairs"] == 8 and simcse["dev"]["of"] == 1500
+
+
+@pytest.mark.slow
+def test_train_speed_times_fp32_and_bf16_side_by_side(data_dir, tmp_path):
+    out = tmp_path / "speed.json"
+    stdout = run_bench("train_speed.py", "--shape", "bert-base", "--device", "cpu", "--methods", "simcse",
+                       "--mixed-precision", "no,bf16", "--steps", "2", "--warmup", "1", "--batch-size", "2",
+                       "--dev-pairs", "8", "--output", str(out), data_dir=data_dir)
+    result = json.loads(out.read_text())
+    assert [(r["method"], r["precision"]) for r in result["results"]] == [("SimCSE", "no"), ("SimCSE", "bf16")]
+    assert set(result["peak_tflops"]) == {"no", "bf16"} and all(v > 0 for v in result["peak_tflops"].values())
+    assert re.search(r"fp32 [\d.]+ TFLOP/s \(fp32 matmul ceiling.*bf16 [\d.]+ TFLOP/s \(bf16 matmul ceiling", stdout)
+    assert re.search(r"SimCSE: bf16 [\d.]+ s/step vs fp32 [\d.]+ s/step: [\d.]+x as fast", stdout), stdout
 
 
 @pytest.mark.slow
@@ -110,6 +127,21 @@ def test_eval_speed_eta_compares_the_bars_projection_with_the_real_end(data_dir)
 
 
 @pytest.mark.slow
+def test_eval_speed_compares_fp32_with_amp(data_dir):
+    from cse_kit.environment import cpu_bf16_unit
+
+    stdout = run_bench("eval_speed.py", "full", "--tasks", "STS16", "--mode", "fasttest", "--device", "cpu", "--amp",
+                       data_dir=data_dir)
+    assert ", fp32" in stdout
+    if cpu_bf16_unit() is None:  # the second run is fp32 too, and the script says why
+        assert "has no bf16 unit" in stdout, stdout
+        return
+    assert ", bf16 autocast" in stdout
+    assert re.search(r"matmul ceiling measured now \(2048³\): fp32 [\d.]+ TFLOP/s, bf16 [\d.]+", stdout), stdout
+    assert re.search(r"bf16 autocast moved \d+ of \d+ numbers at 4 decimals, at most by 0\.\d+", stdout), stdout
+
+
+@pytest.mark.slow
 def test_eval_speed_full_bert_base_shape(data_dir):
     stdout = run_bench("eval_speed.py", "full", "--shape", "bert-base", "--device", "cpu", "--tasks", "STS16,CR",
                        "--mode", "fasttest", "--tf32", data_dir=data_dir)
@@ -140,7 +172,12 @@ def test_projection_counts_the_presets_steps_evaluations_and_checkpoints():
     ("Tesla V100-SXM2-32GB", "fp16", 125.0), ("Quadro RTX 8000", "bf16", None), ("Some New GPU", "bf16", None)])
 def test_gpu_peaks_by_device_name(name, unit, peak):
     assert paper_speed.gpu_peak(name, unit)[0] == peak
-    assert paper_speed.peak_tflops(torch.device("cpu"), "no", None)[0] is None
+
+
+def test_a_cpus_peak_is_the_matmul_ceiling_of_the_precision_measured_now():
+    fp32, note = paper_speed.peak_tflops(torch.device("cpu"), "no", None)
+    assert fp32 > 0 and note.startswith("fp32 matmul ceiling") and "measured in this run" in note
+    assert paper_speed.peak_tflops(torch.device("cpu"), "bf16", None)[1].startswith("bf16 matmul ceiling")
     assert paper_speed.peak_tflops(torch.device("cpu"), "no", 1.5)[0] == 1.5
 
 

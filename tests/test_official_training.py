@@ -544,10 +544,11 @@ def test_official_variants_train_in_their_scripts_fp16_unless_the_profile_or_cal
     assert build_config(preset, "paper", [f"{field}={official}"]).mixed_precision == "fp16"
     assert build_config(preset, "paper", [f"{field}={official}", "mixed_precision=bf16"]).mixed_precision == "bf16"
     assert build_config(preset, "paper", [f"{field}={paper}"]).mixed_precision == "auto"
-    assert build_config(preset, "cpu", [f"{field}={official}"]).mixed_precision == "no"  # the profile's fp32
+    assert build_config(preset, "cpu", [f"{field}={official}"]).mixed_precision == "auto"  # the profile's
 
 
 def test_the_header_says_which_precision_a_run_trains_in_and_the_official_scripts():
+    from cse_kit.train.precision import unit_words
     from cse_kit.train.presets import precision_words
 
     cuda = precision_words(build_config("diffcse-bert-sts", "paper"), "fp16")
@@ -558,7 +559,8 @@ def test_the_header_says_which_precision_a_run_trains_in_and_the_official_script
         cpu.endswith("; the official scripts train in fp16 (voidism/DiffCSE run_diffcse.sh:30 --fp16)")
     assert precision_words(build_config("consert-bert", "cpu"), "no") == \
         "fp32; the official scripts train in fp16 (yym6472/ConSERT scripts/*.sh:1 --use_apex_amp --apex_amp_opt_level O1)"
-    assert precision_words(build_config("simcse-bert", "paper"), "bf16") == "bf16 autocast"
+    # on a CPU the header names its bf16 unit (AMX-BF16, AVX512-BF16): unit_words, tested in tests/test_precision.py
+    assert precision_words(build_config("simcse-bert", "paper"), "bf16") == "bf16 autocast" + unit_words("bf16")
 
 
 def test_the_fp16_step_unscales_clips_and_skips_an_overflow_as_the_official_trainer():

@@ -151,6 +151,13 @@ def test_batchnorm_statistics_are_those_of_the_global_batch_under_two_processes(
     # temp=1 keeps the loss near 1.85, away from float32 noise (at 0.05 it is ~1e-5); they agree to 1e-7 here, where
     # each process's own statistics (batchnorm-per-process) differ by 2.5e-3
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    # the curves go to TensorBoard (the default) from the first process only: one event file, each step once
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    [events] = (tmp_path / "two").glob("*/events.out.tfevents.*")
+    curves = EventAccumulator(str(events.parent))
+    curves.Reload()
+    assert [e.step for e in curves.Scalars("train/loss")] == [1, 2, 3, 4]
 
 
 def test_too_small_a_temperature_is_refused(data_dir, tmp_path):

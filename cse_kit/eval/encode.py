@@ -10,6 +10,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+from ..environment import cpu_bf16_unit
 from .prompt import (PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths,
                       with_period)
 
@@ -124,8 +125,9 @@ def pad_ids(ids: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
 class Encoder:
     """Encodes sentences with a model and a pooler, each distinct sentence once (embeddings are kept until
     `clear()`), in batches of similar length, without truncation unless max_length is given (as SentEval).
-    fp32, as the papers' SentEval: AMP (bf16 where supported, else fp16) on CUDA only when amp=True (it moved
-    transfer accuracy by up to 0.8 points on an H100), and then recorded with the result.
+    fp32, as the papers' SentEval: AMP only when amp=True (on CUDA bf16 where supported, else fp16; on a CPU with a
+    bf16 unit, AMX or AVX512-BF16, bf16; elsewhere fp32 and amp False), recorded with the result (on an H100 it moved
+    transfer accuracy by up to 0.8 points).
 
     The prompt poolers read `template`: a template text (filled with text, denoised from position 0, no head: the
     official evaluation.py's defaults) or a PromptReading (cse_kit.eval.prompt), as a kit-trained model's cse_kit.json
@@ -149,7 +151,8 @@ class Encoder:
         self.max_tokens = max_tokens if max_tokens is not None else (
             GPU_TOKEN_BUDGET if self.device.type == "cuda" else None)
         self.max_length = max_length
-        self.amp = amp
+        # on a CPU, bf16 autocast only where a unit multiplies bf16 (AMX, AVX512-BF16): emulated it is slower than fp32
+        self.amp = amp and (self.device.type == "cuda" or (self.device.type == "cpu" and cpu_bf16_unit() is not None))
         self.progress = progress
         self.reading = template if isinstance(template, PromptReading) else PromptReading(template or PROMPTBERT_BERT)
         self.template = Template(tokenizer, self.reading.template) if pooler in PROMPT_POOLERS else None
@@ -212,10 +215,11 @@ class Encoder:
         return token_ids(self.tokenizer, [self.template.wrap_text(s) for s in sentences], self.max_length)
 
     def _autocast(self):
-        if not self.amp or self.device.type != "cuda":
+        if not self.amp:
             return nullcontext()
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+        return torch.autocast("cpu", dtype=torch.bfloat16)
 
     def _encode_new(self, sentences: list[str]) -> None:
         from tqdm import tqdm

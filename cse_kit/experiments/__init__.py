@@ -19,6 +19,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 from ..data.published import paper_key, paper_table  # noqa: E402
 from ..io import write_json_atomic  # noqa: E402
+# the progress lines, here since notebooks and the report call them from this module
+from ..progress import PROGRESS_PREFIX, TERMINAL_PROGRESS_ENV, duration, progress, terminal_progress  # noqa: E402,F401
 from ..results import Pretrained, ResultStore, parallel  # noqa: E402
 from ..train.presets import PROFILES, ProfileUnavailable, build_config
 
@@ -201,47 +203,6 @@ def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
                          s.workers, s.cluster)
 
 
-#: how a progress line starts: the report forwards these lines to its console and leaves them out of its page
-PROGRESS_PREFIX = "[cse-kit] "
-#: "0" keeps a kernel's progress lines off its process's stderr: set by `cse-kit report`, which reads them from the
-#: notebook's stream and prints them under the notebook's name
-TERMINAL_PROGRESS_ENV = "CSE_KIT_TERMINAL_PROGRESS"
-
-
-def progress(message: str, notebook: bool = True) -> None:
-    """One line on stderr while a notebook trains for minutes or hours. In a kernel it goes to the notebook's stderr
-    stream (what JupyterLab shows under the cell and `cse-kit report` forwards to its console) and to the kernel
-    process's own stderr: the terminal that runs `papermill` (which shows the notebook's stream only with
-    --log-output) or `jupyter lab`. notebook=False: the terminal only (see terminal_progress)."""
-    line = PROGRESS_PREFIX + message + "\n"
-    in_kernel = type(sys.stderr).__module__.startswith("ipykernel")
-    if notebook or not in_kernel:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-    terminal = _kernel_terminal() if in_kernel else None
-    if terminal is not None:  # on a terminal, first clear what papermill's cell bar left on the line
-        os.write(terminal, (("\r\x1b[K" if os.isatty(terminal) else "") + line).encode())
-
-
-def terminal_progress(message: str) -> None:
-    """A run's step, time left and evaluation, every half minute: on the terminal only, so that a notebook's output
-    keeps one line per run."""
-    progress(message, notebook=False)
-
-
-def _kernel_terminal() -> int | None:
-    """The kernel process's own stderr (a file descriptor), sys.stderr being an IPython kernel's stream to the
-    notebook; None where that stream already echoes there, or where TERMINAL_PROGRESS_ENV is "0"."""
-    if os.environ.get(TERMINAL_PROGRESS_ENV) == "0":
-        return None
-    if getattr(sys.stderr, "echo", None) is not None:  # the kernel was started with quiet=False
-        return None
-    try:
-        return sys.stderr.fileno()  # ipykernel turned fd 2 into a pipe to the notebook; this is the original's copy
-    except OSError:  # it left fd 2 alone (its capture is off, e.g. under pytest): fd 2 is the terminal
-        return sys.__stderr__.fileno() if sys.__stderr__ is not None else None
-
-
 def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable | None]]:
     """(row, [(seed, subject)], why the profile cannot run it or None) per row."""
     plan = []
@@ -256,8 +217,6 @@ def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable
 def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], ProfileUnavailable | None]]:
     """(row, [(seed, record)], why the profile cannot run it or None) per row: records reused where finished, computed
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
-    from ..train.loop import duration
-
     plan = _plan(rows, s)
     _compute_in_parallel(plan, s, evals)
     keys = {id(subject): s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects}

@@ -4,7 +4,6 @@ decoder tied to the word embeddings; only the head's transform and output bias a
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -13,11 +12,14 @@ import torch
 from ..data import load_corpus
 from ..io import atomic_dir, write_json_atomic
 from ..models import FITTED_MLM, fit_mlm_command, fitted_mlm_dir, load_model, quiet_transformers
+from ..progress import Steps, say
 from .masking import mlm_corrupt, special_token_ids
 
-#: What the first-use fit of all-MiniLM-L6-v2-mlm cost on the 2-core CPU this kit is developed on (300 steps and two
-#: accuracy passes over 1,000 held-out sentences): 13 CPU-minutes, 35 min of wall time while the machine was shared.
-FIRST_USE_COST = "about 13 CPU-minutes on a 2-core CPU"
+#: What the first-use fit of all-MiniLM-L6-v2-mlm costs on the 2-core CPU this kit is developed on (300 steps and two
+#: accuracy passes over 1,000 held-out sentences, the body run once per batch without gradients): 238 CPU-seconds
+#: (`/usr/bin/time cse-kit fit-mlm-head`, 11 min 39 s of wall time while other jobs loaded the machine 6-fold); the
+#: design card's papermill run spent 2 min 21 s of wall time in it
+FIRST_USE_COST = "about 4 CPU-minutes, 2 to 3 minutes on an idle 2-core CPU"
 
 
 def _masked_batch(tokenizer, sentences, ratio, max_length, special_ids, generator):
@@ -58,7 +60,6 @@ def masked_token_accuracy(mlm, tokenizer, sentences, *, ratio=0.15, max_length=3
 def fit_mlm_head(model: str, output_dir, *, corpus: str = "Wiki1M-sample", data_dir=None, steps: int = 300,
                  batch_size: int = 64, lr: float = 5e-3, ratio: float = 0.15, max_length: int = 32,
                  holdout: int = 1000, seed: int = 0, progress: bool = True) -> dict:
-    from tqdm import tqdm
     from transformers import AutoModelForMaskedLM
 
     tokenizer, base = load_model(model)
@@ -80,8 +81,8 @@ def fit_mlm_head(model: str, output_dir, *, corpus: str = "Wiki1M-sample", data_
     special_ids = special_token_ids(tokenizer)
     start = time.perf_counter()
     mlm.train()
-    bar = tqdm(range(steps), desc=f"fitting {model}'s MLM head", disable=not progress, dynamic_ncols=True)
-    for step in bar:
+    bar = Steps(steps, f"fitting {model}'s MLM head", enabled=progress)
+    for step in range(steps):
         rows = torch.randint(len(train), (batch_size,), generator=g).tolist()
         ids, mask, original, selected = _masked_batch(tokenizer, [train[r] for r in rows], ratio, max_length,
                                                       special_ids, g)
@@ -92,9 +93,9 @@ def fit_mlm_head(model: str, output_dir, *, corpus: str = "Wiki1M-sample", data_
         loss.backward()
         opt.step()
         opt.zero_grad()
-        if (step + 1) % 10 == 0:
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        bar.update(1, **({"loss": f"{float(loss.detach()):.3f}"} if (step + 1) % 10 == 0 else {}))
     after = masked_token_accuracy(mlm, tokenizer, test, ratio=ratio, max_length=max_length)
+    bar.close(f"masked-token accuracy {after:.1f}% on {len(test)} held-out sentences")
     report = {"base_model": model, "corpus": corpus, "steps": steps, "batch_size": batch_size, "lr": lr,
               "mask_ratio": ratio, "heldout_sentences": len(test), "masked_token_accuracy": after,
               "accuracy_before_fitting": before, "seconds": time.perf_counter() - start,
@@ -115,8 +116,8 @@ def make_on_first_use(name: str, output_dir: Path, data_dir=None) -> None:
     with FileLock(output_dir.parent / f".{name}.lock"):
         if (output_dir / "config.json").is_file():
             return
-        print(f"{name}: not made on this machine yet; fitting it now (once, then cached in {output_dir}; "
-              f"{FIRST_USE_COST})", file=sys.stderr)
+        say(f"{name}: not made on this machine yet; fitting it now (once, then cached in {output_dir}; "
+            f"{FIRST_USE_COST})")
         fit_mlm_head(FITTED_MLM[name], output_dir, data_dir=data_dir)
 
 

@@ -29,14 +29,15 @@ from ..data.registry import BUILT_SOURCES
 from ..environment import PACKAGE, describe, source_digest
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
 from ..train.config import TrainConfig
+from ..train.tracking import log_evaluations
 
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
 RESULT_CODE = ("methods", "train", "eval", "data", "models")
 #: ... but for the MTEB wrapper (it changes no SentEval number; each MTEB result carries its own digest,
 #: cse_kit.eval.mteb_eval.WRAPPER_DIGEST) and the reader of the papers' published numbers
 OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py", "data/published.py")
-#: Config fields that say where things are, not what is computed.
-LOCATIONS = ("output_dir", "data_dir")
+#: Config fields that say where things are (and where the curves are logged), not what is computed.
+LOCATIONS = ("output_dir", "data_dir", "log_with")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,10 @@ def git_commit() -> str | None:
 
 
 def subject_dict(subject: TrainConfig | Pretrained) -> dict:
+    """What a record's key hashes. mixed_precision=auto stays `auto` in it, not what it resolves to here: the
+    submitting machine and a SLURM worker on another node (a GPU, a CPU with or without a bf16 unit) must compute
+    the same key, or the submitter would not find the worker's record and train the run again itself. The record
+    says which precision the run trained in (`train.mixed_precision`, `environment.cpu_bf16`)."""
     if isinstance(subject, TrainConfig):
         return {"kind": "trained", **{k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}}
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
@@ -226,6 +231,9 @@ class ResultStore:
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
+                if record["subject"]["kind"] == "trained":  # the test numbers beside the run's curves
+                    log_evaluations(self.run_dir(key), {name: record["metrics"][name] for name in missing},
+                                    self.announce)
             return record
         finally:
             lock.release()
@@ -313,7 +321,7 @@ class ResultStore:
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
         return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
                 "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes",
-                                                  "peak_gpu_memory_bytes", "peak_rss_bytes")},
+                                                  "mixed_precision", "peak_gpu_memory_bytes", "peak_rss_bytes")},
                 "dev_curve": [r for r in curve if "dev" in r], "train_curve": [r for r in curve if "dev" not in r],
                 "timings": {f"train_{k}_s": v for k, v in summary["seconds"].items()}}
 

@@ -60,6 +60,9 @@ OFFICIAL_PRECISION = {
 #: the methods whose official loss is gathered across processes with the gradient through each process's own rows
 #: (SimCSE models.py:171-189, Prompt-BERT and DiffAug the same): what official_processes scales
 SHARED_LOSS_METHODS = ("simcse", "promptbert", "diffaug")
+#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
+NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
+                "stage1_snapshot_steps", "log_with")
 
 
 @dataclass
@@ -113,6 +116,9 @@ class TrainConfig:
     keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
     compile: bool = False  # torch.compile the encoder (CUDA: faster steps after a compile of about a minute)
     log_steps: int = 10
+    # the trackers that show the training curves (cse_kit.train.tracking): none, or a comma-separated list of
+    # Accelerate's (tensorboard, wandb, mlflow, ...); None: $CSE_KIT_LOG_WITH, else TensorBoard where it is installed
+    log_with: str | None = None
     data_dir: str | None = None
     # DiffCSE
     generator: str = "distilbert-base-uncased"

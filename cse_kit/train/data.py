@@ -4,6 +4,7 @@ in a seeded order per epoch, addressed by step, so a resumed run sees exactly th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from ..data import (
 )
 from ..data.registry import BUILT_SOURCES, ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS, STS_TEXTS
 from ..io import ensure_dir, remove, writing
+from ..progress import Steps, in_kernel
 
 
 def is_nli(source: str) -> bool:
@@ -85,16 +87,44 @@ def tokenize(examples: list[tuple[str, ...]], tokenizer, max_seq_length: int, ca
                 for k in range(len(columns))}
 
     there = set(cache.parent.iterdir())
-    with writing(cache):
+    steps = []  # a kernel's progress (cse_kit.progress), made at the first batch: a cached map makes none
+
+    def encode_where_seen(batch):
+        if not steps:
+            steps.append(Steps(len(examples), "tokenizing", "examples"))
+        steps[0].update(len(batch["text0"]))
+        return encode(batch)
+
+    with writing(cache), _own_bars_off(in_kernel()):
         try:  # the content key is the fingerprint: datasets would otherwise hash `encode` with the tokenizer it
             # closes over (dill, 0.44 s a run, cached or not)
-            return Dataset.from_dict(columns).map(encode, batched=True, remove_columns=list(columns),
-                                                  cache_file_name=str(cache), load_from_cache_file=True,
-                                                  new_fingerprint=key.hexdigest()[:20], desc="tokenizing")
+            dataset = Dataset.from_dict(columns).map(encode_where_seen if in_kernel() else encode, batched=True,
+                                                     remove_columns=list(columns), cache_file_name=str(cache),
+                                                     load_from_cache_file=True, new_fingerprint=key.hexdigest()[:20],
+                                                     desc="tokenizing")
         except BaseException:  # datasets' temporary file: its own clean-up stops at the full disk's next error
             for path in set(cache.parent.iterdir()) - there:
                 remove(path)
             raise
+    for done in steps:
+        done.close()
+    return dataset
+
+
+@contextlib.contextmanager
+def _own_bars_off(off: bool):
+    """datasets' own progress bars off for the block (in a kernel they would reach only the notebook, one output per
+    redraw), as they were after it."""
+    import datasets
+
+    was_off = datasets.are_progress_bars_disabled()
+    if off:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if off and not was_off:
+            datasets.enable_progress_bars()
 
 
 def parse_length_buckets(spec: str | None) -> list[int] | None:

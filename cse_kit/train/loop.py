@@ -34,14 +34,17 @@ from ..io import (
 )
 from ..eval.prompt import Template
 from ..models import load_model
+from ..progress import STATUS_SECONDS, duration
 from .checkpoint import STATE, RunStateError, read_checkpoint, trainer_state, write_process_files
-from .config import TrainConfig
+from .config import NOT_TRAINING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
 from .optim import build_optimizer, set_weight_decay
+from .precision import build_accelerator
 from .preemption import StopVote
 from .presets import official_run, precision_words
+from .tracking import RunTrackers
 
 
 class NonFiniteLoss(RuntimeError):
@@ -57,19 +60,6 @@ class TrainingStopped(Exception):
 STAGE1_FILE = "stage1.safetensors"
 #: The checkpoint being written beside the last one.
 NEW_CHECKPOINT = ".checkpoint.new"
-#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
-NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
-                "stage1_snapshot_steps")
-
-
-def _mixed_precision(setting: str) -> str:
-    if setting == "fp16" and not torch.cuda.is_available():  # Accelerate's fp16 needs an accelerator; the header
-        return "no"  # says so (presets.precision_words)
-    if setting != "auto":
-        return setting
-    if not torch.cuda.is_available():
-        return "no"
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
 def training_changes(old: dict, new: dict) -> dict:
@@ -127,19 +117,6 @@ def _is_better(new: float, best: float | None) -> bool:
     return math.isfinite(new) and (best is None or new > best)
 
 
-#: seconds between two of a run's status lines (its step and the time left), the first after its first step
-STATUS_SECONDS = 30.0
-
-
-def duration(seconds: float) -> str:
-    """A time as a person reads it: 40 s, 12 min, 3 h 05 min."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-
-
 def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False,
           announce=partial(print, flush=True), status=None) -> dict:
     """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary. announce(line)
@@ -150,10 +127,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     A run resumes only with the configuration it was started with (what differs is named), unless
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
     on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
-    folder (run_lock): a second one waits for the first and then resumes or returns its run."""
+    folder (run_lock): a second one waits for the first and then resumes or returns its run. What the run logs also
+    goes to the trackers of cfg.log_with (cse_kit.train.tracking; by default TensorBoard beside log.jsonl)."""
+    trackers = RunTrackers(cfg.log_with, announce)  # an unknown tracker is refused before anything loads
     with run_lock(Path(cfg.output_dir)):
-        return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
-                      status=status)
+        try:
+            return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
+                          status=status, trackers=trackers)
+        finally:  # a stopped or failed run's trackers keep what they were sent
+            trackers.finish()
 
 
 @contextlib.contextmanager
@@ -176,7 +158,7 @@ def run_lock(run: Path):
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status) -> dict:
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status, trackers) -> dict:
     """train() under the run folder's lock: a finished run is returned as it is; any other is set up, resumed from its
     checkpoint where it has one, trained step by step and finished."""
     run = Path(cfg.output_dir)
@@ -189,7 +171,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     training = _Training.set_up(cfg, run, checkpoint)
     if resumed:
         training.resume(changes)
-    training.start(announce, resumed)
+    training.start(announce, resumed, trackers)
     training.train_steps(_Progress(training, progress, status))
     return training.finish()
 
@@ -231,7 +213,6 @@ def _resume_changes(cfg: TrainConfig, run: Path, checkpoint: Path, resume_with_c
 def _accelerator(cfg: TrainConfig):
     """Accelerate for this run (one CPU, one GPU or the processes `accelerate launch` started), with the run's peak
     memory counted from here."""
-    from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
     from ..methods import METHODS
@@ -241,9 +222,7 @@ def _accelerator(cfg: TrainConfig):
     # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
         if hasattr(METHODS[cfg.method], "stage1_parameters") or cfg.semi_strategy != "none" else []
-    # cpu=True lets several CPU processes (torchrun) form a gloo group; on GPUs Accelerate picks NCCL
-    accelerator = Accelerator(mixed_precision=_mixed_precision(cfg.mixed_precision), cpu=not torch.cuda.is_available(),
-                              kwargs_handlers=handlers)
+    accelerator = build_accelerator(cfg.mixed_precision, kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
     if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
         torch.cuda.reset_peak_memory_stats(accelerator.device)
@@ -362,6 +341,8 @@ class _Training:
     environment: dict = field(default_factory=dict)
     last_save: float = 0.0
     first_bad: torch.Tensor | None = None  # the step of the first non-finite loss, -1 while none (on the device)
+    grad_norm: torch.Tensor | None = None  # the last step's, before clipping (where max_grad_norm clips)
+    trackers: RunTrackers | None = None
 
     @classmethod
     def set_up(cls, cfg: TrainConfig, run: Path, checkpoint: Path) -> _Training:
@@ -415,9 +396,9 @@ class _Training:
     def log_path(self) -> Path:
         return self.run / "log.jsonl"
 
-    def start(self, announce, resumed: bool) -> None:
+    def start(self, announce, resumed: bool, trackers: RunTrackers) -> None:
         """The run folder's configuration and environment written, its log cut back to the checkpoint's step (what
-        was logged after it is trained again), and the run's header line announced."""
+        was logged after it is trained again), its trackers started, and the run's header line announced."""
         accelerator, cfg = self.accelerator, self.cfg
         self.environment = describe(accelerator.device)
         if accelerator.is_main_process:
@@ -425,6 +406,8 @@ class _Training:
             write_json_atomic(self.run / "config.json", cfg.to_dict())
             write_json_atomic(self.run / "environment.json", self.environment)
             _truncate_log(self.log_path, self.state["step"], _restart(self.run))
+        trackers.start(cfg, self.run, self.state["step"] if resumed else None, accelerator.is_main_process)
+        self.trackers = trackers
         self.last_save = time.monotonic()
         self.first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
         if accelerator.is_main_process:
@@ -477,9 +460,9 @@ class _Training:
             self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss.detach()), self.state["step"] + 1)
             self.accelerator.backward(loss)
         if self.cfg.max_grad_norm:
-            clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
-                           self.unwrapped.clipped_parameters() if self.first_stage else self.params,
-                           self.cfg.max_grad_norm)
+            self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
+                                            self.unwrapped.clipped_parameters() if self.first_stage else self.params,
+                                            self.cfg.max_grad_norm)
         self.optimizers[current].step()
         self.schedulers[current].step()
         self.objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
@@ -502,11 +485,13 @@ class _Training:
         if self.accelerator.is_main_process:
             with writing(self.log_path), self.log_path.open("a") as f:  # a torn last line is dropped on resume
                 f.write(json.dumps(record) + "\n")
+            self.trackers.log(record)
 
     def log_losses(self, step: int, stage: int, out: dict) -> float:
         """The step's learning rate and losses into the log. Returns the loss."""
         record = {"step": step, "lr": self.schedulers[_optimizer_index(stage)].get_last_lr()[0],
-                  **({"stage": stage} if self.first_stage else {}), **{k: float(v.detach()) for k, v in out.items()}}
+                  **({"stage": stage} if self.first_stage else {}), **{k: float(v.detach()) for k, v in out.items()},
+                  **({"grad_norm": float(self.grad_norm)} if self.cfg.max_grad_norm else {})}
         self.log(record)
         return record["loss"]
 

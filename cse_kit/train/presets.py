@@ -12,6 +12,7 @@ from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
 from .config import OFFICIAL_PRECISION, OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
 from .optim import OPTIMIZERS
+from .precision import unit_words
 
 _SIMCSE = {"method": "simcse", "projector": "mlp", "epochs": 1, "metric": "stsb_spearman"}
 # DiffCSE App. A and run_diffcse.sh:17 (--metric_for_best_model stsb_spearman): every model, the transfer ones too, is
@@ -266,8 +267,10 @@ PROFILES = {
                             "roberta-large": "no RoBERTa-large checkpoint is available offline; run it with "
                                              "--profile paper"},
             # sized so the whole cpu report (14 runs of 8 steps an epoch, and their evaluations, of which encoding the
-            # 108k transfer sentences is the largest) fits in under two hours on a 2-core CPU
-            "settings": {"data": "Wiki1M-sample", "max_examples": 512, "eval_steps": 8, "mixed_precision": "no"},
+            # 108k transfer sentences is the largest) fits in under two hours on a 2-core CPU; mixed_precision auto
+            # (also for the -official presets' fp16, which needs CUDA): bf16 on a CPU with a bf16 unit (AMX,
+            # AVX512-BF16), fp32 elsewhere (docs/training.md, "Precision")
+            "settings": {"data": "Wiki1M-sample", "max_examples": 512, "eval_steps": 8, "mixed_precision": "auto"},
             "ordered_data": "Licenses-ordered",
             # SimCSE's NLI triplets are a download: SNLI dev + test triplets stand in (about 5.9k)
             "nli_data": "SNLI-triplets",
@@ -328,8 +331,8 @@ def _resolve_variant_settings(values: dict, preset: str) -> dict:
     """A preset setting given per variant of its method ({"paper": 0.15, "official-code": 0.1}) takes the run's
     variant's value (an explicit --set of the setting has already replaced it); a variant the preset has no value
     for is refused. Then, under an official variant, the process count of the official run behind the preset
-    (OFFICIAL_RUNS) and the official scripts' precision (OFFICIAL_PRECISION), unless set (the cpu and smoke profiles
-    set fp32)."""
+    (OFFICIAL_RUNS) and the official scripts' precision (OFFICIAL_PRECISION), unless set (the cpu profile sets auto,
+    the smoke profile fp32)."""
     variant = variant_of(values)
     out = {}
     for key, value in values.items():
@@ -373,7 +376,7 @@ PRECISION_WORDS = {"no": "fp32", "bf16": "bf16 autocast",
 def precision_words(cfg: TrainConfig, used: str) -> str:
     """The header's words for the precision a run trains in (`used`, Accelerate's mixed_precision), why it differs
     from the one asked for, and, under an official variant, the official scripts' precision."""
-    words = PRECISION_WORDS[used]
+    words = PRECISION_WORDS[used] + unit_words(used)
     if cfg.mixed_precision == "fp16" and used != "fp16":
         words += (" (fp16 asked; Accelerate runs fp16 on accelerators only: fp32 here, which holds every fp16 value "
                   "and needs no loss scaling)")

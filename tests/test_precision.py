@@ -1,0 +1,113 @@
+"""mixed_precision=auto on the machine it runs on: bf16 on a GPU or on a CPU that multiplies bf16 natively (AMX-BF16,
+AVX512-BF16), fp32 elsewhere; the store keys auto alike on every machine; `--amp` evaluation on such a CPU. The
+tests of what only a bf16 unit runs skip elsewhere and say so; the others pretend either machine (monkeypatch), so
+they assert the same thing on every CPU."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import BFLOAT16
+from cse_kit.environment import bf16_unit_of, cpu_bf16_unit, cpu_flags
+from cse_kit.results import ResultStore
+from cse_kit.train import build_config, train
+from cse_kit.train import precision
+
+NO_BF16_UNIT = "this CPU has no bf16 unit (AMX-BF16 or AVX512-BF16 in /proc/cpuinfo): bf16 would be emulated here"
+needs_bf16_unit = pytest.mark.skipif(torch.cuda.is_available() or cpu_bf16_unit() is None, reason=NO_BF16_UNIT)
+
+
+def test_the_unit_is_read_from_the_cpu_flags_the_fastest_first():
+    sapphire_rapids = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
+    zen4 = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n"
+    skylake = "processor\t: 0\nflags\t\t: fpu avx2 avx512f\n"
+    assert bf16_unit_of(cpu_flags(sapphire_rapids)) == "AMX-BF16"
+    assert bf16_unit_of(cpu_flags(zen4)) == "AVX512-BF16"
+    assert bf16_unit_of(cpu_flags(skylake)) is None and cpu_flags("") == set()
+
+
+@pytest.mark.parametrize("unit, resolved", [("AMX-BF16", "bf16"), ("AVX512-BF16", "bf16"), (None, "no")])
+def test_auto_is_bf16_on_a_cpu_with_a_bf16_unit_and_fp32_elsewhere(monkeypatch, unit, resolved):
+    monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: unit)
+    assert precision.resolve_precision("auto", cuda=False) == resolved
+    assert precision.unit_words(resolved, cuda=False) == (f" on {unit}" if unit else "")
+    # fp16 is Accelerate's on accelerators only: fp32 on a CPU (the header says why: presets.precision_words)
+    assert [precision.resolve_precision(s, cuda=False) for s in ("no", "bf16", "fp16")] == ["no", "bf16", "no"]
+
+
+def test_the_cpu_and_paper_profiles_train_in_auto_the_smoke_profile_in_fp32():
+    """The smoke profile's tiny models gain nothing from bf16, and its runs must give the same numbers on every CPU."""
+    assert build_config("simcse-bert", "cpu").mixed_precision == "auto"
+    assert build_config("simcse-bert", "paper").mixed_precision == "auto"
+    assert build_config("simcse-bert", "smoke").mixed_precision == "no"
+    # the -official presets' fp16 (the official --fp16 runs) needs CUDA: the cpu profile runs them in auto too
+    assert build_config("diffaug-semi-bert-official", "cpu").mixed_precision == "auto"
+
+
+def test_the_store_keys_auto_alike_on_every_machine_and_apart_from_explicit_precisions(monkeypatch, tmp_path):
+    """A SLURM worker and the machine that submitted its run must compute one key, whatever each resolves auto to;
+    the record says what the run trained in (`train.mixed_precision`, copied from the run's summary)."""
+    store = ResultStore(tmp_path / "results", data_dir=tmp_path / "data")
+    keys = {}
+    for unit in ("AMX-BF16", None):
+        monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: unit)
+        keys[unit] = {setting: store.key(build_config("simcse-bert", "cpu", {"mixed_precision": setting}))
+                      for setting in ("auto", "no", "bf16")}
+    assert keys["AMX-BF16"] == keys[None]
+    assert len(set(keys[None].values())) == 3
+
+
+@needs_bf16_unit
+def test_a_bf16_run_on_this_cpu_names_its_unit_in_the_header_and_the_record(data_dir, tmp_path):
+    lines = []
+    cfg = build_config("simcse-bert", "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir),
+                                                "mixed_precision": "bf16", "max_steps": 2})
+    summary = train(cfg, progress=False, announce=lines.append)
+    assert f", batch 16, bf16 autocast on {cpu_bf16_unit()}; fresh; " in lines[0]
+    assert summary["mixed_precision"] == "bf16" and summary["environment"]["cpu_bf16"] == cpu_bf16_unit()
+    assert json.loads((tmp_path / "run" / "environment.json").read_text())["cpu_bf16"] == cpu_bf16_unit()
+    assert np.isfinite(summary["best"])
+
+
+def test_an_fp32_run_says_so_in_its_header(data_dir, tmp_path):
+    lines = []
+    cfg = build_config("simcse-bert", "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir),
+                                                "max_steps": 1})
+    summary = train(cfg, progress=False, announce=lines.append)
+    assert ", batch 16, fp32; fresh; " in lines[0] and summary["mixed_precision"] == "no"
+
+
+def _sts_b_dev_sentences(data_dir, n=64):
+    from cse_kit.data import load_sts
+
+    pairs = load_sts("STSBenchmark", "dev", data_dir)[:n]
+    return [p.sent1 for p in pairs] + [p.sent2 for p in pairs]
+
+
+@needs_bf16_unit
+def test_amp_encodes_in_bf16_on_this_cpu_close_to_fp32(minilm, data_dir):
+    from cse_kit.eval.encode import Encoder
+
+    tokenizer, model = minilm
+    sentences = _sts_b_dev_sentences(data_dir)
+    exact = Encoder(model, tokenizer, "avg", device="cpu", progress=False).encode(sentences)
+    fast = Encoder(model, tokenizer, "avg", device="cpu", amp=True, progress=False)
+    assert fast.amp
+    approx = fast.encode(sentences)
+    cosine = (exact * approx).sum(1) / np.linalg.norm(exact, axis=1) / np.linalg.norm(approx, axis=1)
+    assert not np.array_equal(exact, approx)  # bf16 did run
+    assert cosine.min() > 1 - BFLOAT16  # a sentence vector's direction within bfloat16's tolerance
+
+
+def test_amp_on_a_cpu_without_a_bf16_unit_stays_fp32_and_is_recorded_off(minilm, data_dir, monkeypatch):
+    from cse_kit.eval import encode
+
+    monkeypatch.setattr(encode, "cpu_bf16_unit", lambda: None)
+    tokenizer, model = minilm
+    sentences = _sts_b_dev_sentences(data_dir, 8)
+    asked = encode.Encoder(model, tokenizer, "avg", device="cpu", amp=True, progress=False)
+    assert not asked.amp
+    exact = encode.Encoder(model, tokenizer, "avg", device="cpu", progress=False).encode(sentences)
+    assert np.array_equal(asked.encode(sentences), exact)
