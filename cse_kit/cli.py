@@ -259,6 +259,12 @@ def cmd_report(args) -> int:
 
         chosen_trackers(args.log_with)  # an unknown name is refused here, not in every notebook
         os.environ[LOG_WITH_ENV] = args.log_with
+    if args.amp:  # the notebooks' kernels inherit it, as the trackers
+        import os
+
+        from .results import EVAL_AMP_ENV
+
+        os.environ[EVAL_AMP_ENV] = "1"
     from .results.parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
 
     if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
@@ -415,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "jobs with --cluster slurm (default 1: there every run is a job's); the results store's locks "
                         "keep any run from being trained twice")
     _log_with_arg(p)
+    p.add_argument("--amp", action="store_true",
+                   help="evaluate under AMP (bf16 on a CPU with AMX or AVX512-BF16, as `eval --amp`) into records of "
+                        "their own: faster, not the papers' fp32 protocol; the tables say so (= $CSE_KIT_EVAL_AMP=1)")
     p.add_argument("--cluster", default="local", choices=["local", "slurm"],
                    help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
                         "e.g. '{\"slurm_partition\": \"gpu\"}'")

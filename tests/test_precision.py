@@ -111,3 +111,47 @@ def test_amp_on_a_cpu_without_a_bf16_unit_stays_fp32_and_is_recorded_off(minilm,
     assert not asked.amp
     exact = encode.Encoder(model, tokenizer, "avg", device="cpu", progress=False).encode(sentences)
     assert np.array_equal(asked.encode(sentences), exact)
+
+
+def _evaluated(tmp_path, data_dir, amp):
+    from cse_kit.results import Pretrained
+
+    return ResultStore(tmp_path / "results", data_dir, amp=amp).get(Pretrained("smoke-bert", "avg", "smoke"),
+                                                                    ("sts_dev",))
+
+
+def _spearmans(record):
+    return {name: r["dev"]["spearman"] for name, r in record["metrics"]["sts_dev"].items() if name != "avg"}
+
+
+def test_a_store_evaluating_under_amp_keys_its_records_apart_and_says_what_they_ran_in(data_dir, tmp_path,
+                                                                                       monkeypatch):
+    """$CSE_KIT_EVAL_AMP=1 (`cse-kit report --amp`, the notebooks' store): records of their own, never an fp32 one's
+    key; on a CPU without a bf16 unit the record says it ran in fp32, and its numbers are the fp32 ones."""
+    from cse_kit.eval import encode
+    from cse_kit.experiments import AMP_NOTE, setup
+    from cse_kit.report import NOTEBOOK_DIR, execution_key
+
+    monkeypatch.setattr(encode, "cpu_bf16_unit", lambda: None)
+    monkeypatch.setenv("CSE_KIT_EVAL_AMP", "1")
+    notebook = setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
+    assert notebook.store.amp and AMP_NOTE in notebook.describe()
+    exact, asked = _evaluated(tmp_path, data_dir, False), _evaluated(tmp_path, data_dir, None)
+    assert asked["key"] != exact["key"] and asked["evaluation_amp"] and "evaluation_amp" not in exact
+    assert asked["evaluation_precision"] == "fp32" and _spearmans(asked) == _spearmans(exact)
+    source = NOTEBOOK_DIR / "table8_lambda.ipynb"
+    with_amp = execution_key(source, {"profile": "smoke"})
+    monkeypatch.setenv("CSE_KIT_EVAL_AMP", "0")
+    assert execution_key(source, {"profile": "smoke"}) != with_amp  # the report never reuses the other's notebook
+    assert not ResultStore(tmp_path / "results", data_dir).amp
+    monkeypatch.setenv("CSE_KIT_EVAL_AMP", "yes")
+    with pytest.raises(ValueError, match="CSE_KIT_EVAL_AMP must be 1"):
+        ResultStore(tmp_path / "results", data_dir)
+
+
+@needs_bf16_unit
+def test_a_store_evaluating_under_amp_on_this_cpu_runs_bf16_close_to_fp32(data_dir, tmp_path):
+    exact, fast = _evaluated(tmp_path, data_dir, False), _evaluated(tmp_path, data_dir, True)
+    assert fast["evaluation_precision"] == "bf16" and fast["key"] != exact["key"]
+    shift = {name: abs(fast_value - _spearmans(exact)[name]) for name, fast_value in _spearmans(fast).items()}
+    assert 0 < max(shift.values()) < 0.5, shift  # bf16 did run; the Spearmans move by far less than a point

@@ -168,6 +168,13 @@ class Encoder:
     def dim(self) -> int:
         return self.model.config.hidden_size
 
+    @property
+    def precision(self) -> str:
+        """What the matrix products run in: bf16 or fp16 under AMP, else fp32."""
+        if not self.amp:
+            return "fp32"
+        return "fp16" if self.device.type == "cuda" and not torch.cuda.is_bf16_supported() else "bf16"
+
     def clear(self) -> None:
         self._cache.clear()
         self._deltas.clear()
@@ -217,9 +224,7 @@ class Encoder:
     def _autocast(self):
         if not self.amp:
             return nullcontext()
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(self.device.type, dtype=torch.float16 if self.precision == "fp16" else torch.bfloat16)
 
     def _encode_new(self, sentences: list[str]) -> None:
         from tqdm import tqdm

@@ -78,6 +78,11 @@ def _quiet() -> None:
     logging.getLogger("accelerate").setLevel(logging.ERROR)
 
 
+#: said with every table and setup line of a store that evaluates under AMP ($CSE_KIT_EVAL_AMP=1, cse-kit report --amp)
+AMP_NOTE = ("evaluated under AMP autocast (bf16 on a CPU with a bf16 unit; $CSE_KIT_EVAL_AMP=1), not the papers' fp32 "
+            "protocol: each record says the precision it ran in")
+
+
 @dataclass
 class Setup:
     profile: str
@@ -89,7 +94,8 @@ class Setup:
     def describe(self) -> str:
         workers = f"; {self.workers} workers ({self.cluster})" if parallel.uses_workers(self.workers, self.cluster) \
             else ""
-        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}{workers}"
+        amp = f"; {AMP_NOTE}" if self.store.amp else ""
+        return f"profile: {self.profile} ({PROFILE_NOTES[self.profile]}); seeds: {self.seeds}{workers}{amp}"
 
 
 def _assigned(source: str) -> dict[str, str | None]:
@@ -439,9 +445,9 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
 
     table = strict_json({"name": name, "paper": paper_key(paper) if paper else None, "title": title,
                          "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile], "seeds": s.seeds,
-                         "notes": list(notes), "figures": [to_data_uri(f) for f in figures],
+                         "notes": list(notes) + ([AMP_NOTE] if s.store.amp else []), "figures": [to_data_uri(f) for f in figures],
                          "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
-                         "extra": extra or {}, "environment": describe(),
+                         "extra": extra or {}, "environment": describe(), "evaluation_amp": s.store.amp,
                          "written": time.strftime("%Y-%m-%dT%H:%M:%S")})
     write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
     _publish(table)

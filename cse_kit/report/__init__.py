@@ -32,7 +32,7 @@ from ..papers import PAPERS, all_notebooks, paper_key, paper_module
 from ..papers import notebooks as paper_notebooks
 from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
-from ..results import default_results_dir
+from ..results import default_results_dir, evaluation_amp
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
@@ -70,6 +70,8 @@ def execution_key(notebook: Path, params: dict) -> str:
     digest = hashlib.sha256(notebook.read_bytes())
     digest.update(json.dumps(params, sort_keys=True).encode())
     digest.update(_package_version().encode())
+    if evaluation_amp():  # its tables come from other records (cse_kit.results.evaluation_protocol)
+        digest.update(b"evaluation under AMP")
     return digest.hexdigest()[:16]
 
 

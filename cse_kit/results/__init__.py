@@ -38,6 +38,17 @@ RESULT_CODE = ("methods", "train", "eval", "data", "models")
 OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py", "data/published.py")
 #: Config fields that say where things are (and where the curves are logged), not what is computed.
 LOCATIONS = ("output_dir", "data_dir", "log_with")
+#: "1": a store's evaluations encode under AMP (bf16 on a CPU with a bf16 unit; cse_kit.eval.encode.Encoder), in
+#: records of their own keys; unset or "0": fp32, the papers' protocol. `cse-kit report --amp` sets it for the kernels.
+EVAL_AMP_ENV = "CSE_KIT_EVAL_AMP"
+
+
+def evaluation_amp() -> bool:
+    """Whether $CSE_KIT_EVAL_AMP asks for evaluations under AMP."""
+    text = os.environ.get(EVAL_AMP_ENV, "0").strip()
+    if text not in ("", "0", "1"):
+        raise ValueError(f"{EVAL_AMP_ENV} must be 1 (evaluate under AMP) or 0 (fp32), got {text!r}")
+    return text == "1"
 
 
 @dataclass(frozen=True)
@@ -95,18 +106,22 @@ def subject_dict(subject: TrainConfig | Pretrained) -> dict:
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 
-def evaluation_protocol(subject: TrainConfig | Pretrained) -> dict:
+def evaluation_protocol(subject: TrainConfig | Pretrained, amp: bool = False) -> dict:
     """What decides a record's numbers beyond its subject (which holds the pooler, the max length and every training
     setting), the code and the data: how much of the evaluation sets its profile's evaluations read
-    (evaluation_sample). The evaluation mode is in each evaluation's name (`sts_dev`, `transfer_fasttest`). Whole
-    sets add nothing, so a record of the whole sets keeps the key it had before samples existed."""
-    return {kind: n for kind in SAMPLES if (n := evaluation_sample(subject.profile, kind)) is not None}
+    (evaluation_sample), and AMP when asked (amp). The evaluation mode is in each evaluation's name (`sts_dev`,
+    `transfer_fasttest`). Whole sets in fp32 add nothing, so such a record keeps the key it had before samples and
+    AMP existed. AMP is keyed as asked, not as the machine resolves it (as mixed_precision=auto, subject_dict): a
+    record evaluated under AMP, bf16 or, without a unit, fp32, never stands for an fp32 one; it says which it ran
+    in (`evaluation_precision`)."""
+    protocol = {kind: n for kind in SAMPLES if (n := evaluation_sample(subject.profile, kind)) is not None}
+    return {**protocol, "amp": True} if amp else protocol
 
 
-def record_key(subject: TrainConfig | Pretrained, data_dir=None) -> str:
+def record_key(subject: TrainConfig | Pretrained, data_dir=None, amp: bool = False) -> str:
     what = {"subject": subject_dict(subject), "code": code_version(),
             "data": data_fingerprint(None if data_dir is None else str(data_dir))}
-    protocol = evaluation_protocol(subject)
+    protocol = evaluation_protocol(subject, amp)
     if protocol:  # a sampled record never shares a key with a whole-set one, of this release or an older one
         what["evaluation"] = protocol
     if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, *BUILT_SOURCES):  # a user's file: content
@@ -161,21 +176,23 @@ class ResultStore:
     trained once)."""
 
     def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False,
-                 notify=None, status=None):
+                 notify=None, status=None, amp: bool | None = None):
         """notify(message): where the store says it waits for a run another process computes and starts training
         one (default: a warning, and the training header on stdout; notebooks pass their progress line, which
         `cse-kit report` shows on the console as it happens and leaves off the page). status(message), when given:
-        where a run it computes says how far it is (its training step and the time left, its evaluations)."""
+        where a run it computes says how far it is (its training step and the time left, its evaluations). amp:
+        evaluate under AMP, in records keyed apart (evaluation_protocol); None: $CSE_KIT_EVAL_AMP."""
         self.root = Path(results_dir) if results_dir else default_results_dir()
         self.data_dir = str(resolve_data_dir(data_dir))
         self.force, self.progress = force, progress
+        self.amp = evaluation_amp() if amp is None else amp
         self.notify = notify or (lambda message: warnings.warn(message, stacklevel=3))
         self.announce = notify or print  # a training run's header line
         self.status = status
         self._recomputed: set[str] = set()
 
     def key(self, subject: TrainConfig | Pretrained) -> str:
-        return record_key(subject, self.data_dir)
+        return record_key(subject, self.data_dir, self.amp)
 
     def record_path(self, key: str) -> Path:
         return self.root / "records" / f"{key}.json"
@@ -223,6 +240,8 @@ class ResultStore:
             missing = [e for e in evals if e not in record["metrics"]]
             if missing:
                 encoder = self.encoder(record)
+                if record.get("evaluation_amp"):
+                    record["evaluation_precision"] = encoder.precision
                 for name in missing:
                     if self.status:
                         self.status(f"evaluating {name}")
@@ -303,7 +322,7 @@ class ResultStore:
         record = {"key": key, "subject": subject_dict(subject), "profile": subject.profile,
                   "seed": getattr(subject, "seed", None), "code_version": code_version(), "git_commit": git_commit(),
                   "data_checksums": data_checksums(), "environment": describe(), "metrics": {}, "timings": {},
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **({"evaluation_amp": True} if self.amp else {})}
         if isinstance(subject, TrainConfig):
             record.update(self._train(key, subject))
         else:
@@ -340,7 +359,7 @@ class ResultStore:
         tokenizer, model = load_encoder(model_dir)
         stated = ExportSettings(model_dir)
         return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=stated.prompt,
-                       max_length=stated.max_length)
+                       max_length=stated.max_length, amp=bool(record.get("evaluation_amp")))
 
 
 #: The evaluation_sample kinds: how much of the STS test and of the transfer sets an evaluation reads.

@@ -79,10 +79,11 @@ def executor_params() -> dict:
     return params
 
 
-def drain(results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
+def drain(results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False) -> list[str]:
     """One worker: compute every task no other process is computing, then wait for (reuse or resume) the others.
-    Returns the keys this worker computed or completed."""
-    store = ResultStore(results_dir, data_dir)
+    Returns the keys this worker computed or completed. amp: the submitter's store's (a SLURM node may not share
+    its environment)."""
+    store = ResultStore(results_dir, data_dir, amp=amp)
     done, deferred = [], []
     for subject, evals in tasks:
         if store.has(subject, evals):
@@ -113,12 +114,12 @@ class Drain(Checkpointable):
     """drain() as a pre-emptible worker job: submitit calls checkpoint() (Checkpointable's: this same call again)
     and requeues the job; _Preemption decides when."""
 
-    def __call__(self, results_dir: str, data_dir: str, tasks: list[Task]) -> list[str]:
+    def __call__(self, results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False) -> list[str]:
         from ..train.loop import TrainingStopped
 
         preemption = _Preemption()
         try:
-            return drain(results_dir, data_dir, tasks)
+            return drain(results_dir, data_dir, tasks, amp)
         except TrainingStopped as stopped:
             preemption.leave(f"{stopped}")
 
@@ -188,7 +189,7 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     log(f"{len(pending)} runs pending: {n} workers ({cluster}); logs in {folder}")
     # each worker starts at another place in the list, so they claim different runs first
     starts = [i * len(pending) // n for i in range(n)]
-    jobs = [executor.submit(Drain(), str(store.root), store.data_dir, pending[start:] + pending[:start])
+    jobs = [executor.submit(Drain(), str(store.root), store.data_dir, pending[start:] + pending[:start], store.amp)
             for start, executor in zip(starts, _executors(folder, n, cluster, job_resources(pending)))]
     ended = _wait_quietly(jobs) if cluster == "slurm" else jobs
     for job in jobs:
