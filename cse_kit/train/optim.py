@@ -98,14 +98,16 @@ def default_weight_decay(name: str) -> float:
 def build_optimizer(named_parameters, name: str, lr: float, weight_decay: float | None = None,
                     fused: bool = False) -> torch.optim.Optimizer:
     """The optimizer `name` over (name, parameter) pairs. torch-adamw: one group, as the kit always built it (fused
-    on CUDA); the legacy ones: the group their official builder decayed and, where it had one, the group it did not
+    on CUDA; elsewhere one _foreach kernel per operation, bit-identical to torch's default per-parameter loop on CPU
+    and faster: docs/training.md, "Precision"); the legacy ones: the group their official builder decayed and, where it had one, the group it did not
     (LEGACY), each group carrying `decay` so that a resumed run with another weight decay sets it on the decayed
     group only."""
     check_optimizer(name)
     weight_decay = default_weight_decay(name) if weight_decay is None else weight_decay
     named = list(named_parameters)
     if name == "torch-adamw":
-        return torch.optim.AdamW([p for _, p in named], lr=lr, weight_decay=weight_decay, fused=fused)
+        return torch.optim.AdamW([p for _, p in named], lr=lr, weight_decay=weight_decay, fused=fused,
+                                 foreach=not fused)
     eps, correct_bias, _, no_decay = LEGACY[name]
     undecayed = [any(part in n for part in no_decay) for n, _ in named]
     groups = [{"params": [p for (_, p), no in zip(named, undecayed) if no == skip], "decay": not skip,
