@@ -91,6 +91,7 @@ def test_the_jobs_folder_is_private_per_user_and_outside_the_store(tmp_path, mon
     monkeypatch.delenv(parallel.JOBS_DIR_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     store = tmp_path / "lab" / "results"
+    store.mkdir(parents=True)
     folder = parallel.jobs_dir(store)
     assert folder.parent == tmp_path / "cache" / "cse-kit" / "jobs" and not folder.is_relative_to(store)
     assert folder.stat().st_mode & 0o777 == 0o700
