@@ -45,7 +45,8 @@ def test_two_workers_train_each_pending_run_once_and_the_table_then_only_reads(d
     assert s.workers == 2
     table = ex.run_rows([ex.Row("SimCSE", "simcse-bert", {"max_steps": 2, "eval_steps": 2})], s, ("sts_dev",),
                         ex.dev_columns)
-    assert list(table["status"]) == ["ok", "ok"] and len(list(parallel.jobs_dir(tmp_path / "results").glob("*_log.out"))) == 2
+    assert list(table["status"]) == ["ok", "ok"]
+    assert len(list(parallel.jobs_dir(tmp_path / "results").glob("*_log.out"))) == 2
 
 
 @pytest.mark.slow
