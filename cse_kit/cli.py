@@ -265,12 +265,16 @@ def cmd_report(args) -> int:
         from .results import EVAL_AMP_ENV
 
         os.environ[EVAL_AMP_ENV] = "1"
-    from .results.parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, uses_workers
+    from .results import ResultStore
+    from .results.parallel import CLUSTER_ENV, WORKERS_ENV, executor_params, jobs_dir, uses_workers
 
+    store = ResultStore(args.results_dir, args.data_dir)
+    store.check_readable()  # a record replaced by something else stops the report here, not in a notebook
     if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
         import os
 
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
+        jobs_dir(store.root)  # as is a jobs folder others could write into
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
     with stopping_together():  # Ctrl-C or SIGTERM stops the notebooks' kernels and the workers too

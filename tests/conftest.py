@@ -22,6 +22,14 @@ ARCHIVES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def jobs_dir_of_the_test(tmp_path, monkeypatch):
+    """The worker jobs' files of every test in its own folder, not in the user's cache (cse_kit.results.parallel)."""
+    from cse_kit.results.parallel import JOBS_DIR_ENV
+
+    monkeypatch.setenv(JOBS_DIR_ENV, str(tmp_path / "jobs"))
+
+
 class CreatesAFile:
     """Unpickled with pickle's full power (torch.load(weights_only=False), pickle.load), it creates `path`."""
 

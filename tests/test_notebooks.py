@@ -378,7 +378,7 @@ def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook
     store (the papermill test computed them; run alone, this test trains them)."""
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     before = _checkout_state()
     stores = {"CSE_KIT_DATA": str(data_dir), "CSE_KIT_RESULTS": str(results_dir)}
@@ -411,7 +411,9 @@ def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook
         twin.locator(".jp-CodeCell", has_text="lam: float").wait_for()
         current = page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").all_inner_texts()
         assert "table8_lambda.py" in current, current  # the .py itself, not its .ipynb twin
-        assert twin.locator(".jp-Cell").count() == len(jupytext.read(NOTEBOOKS / "table8_lambda.py").cells)
+        # JupyterLab renders a long notebook's cells a few at a time: wait for all of them, do not count once
+        expect(twin.locator(".jp-Cell")).to_have_count(len(jupytext.read(NOTEBOOKS / "table8_lambda.py").cells),
+                                                      timeout=60_000)
         browser.close()
     assert (tmp_path / "jupyterlab.png").stat().st_size > 50_000
     assert _checkout_state() == before  # nothing was saved into notebooks/

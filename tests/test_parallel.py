@@ -35,8 +35,9 @@ def test_two_workers_train_each_pending_run_once_and_the_table_then_only_reads(d
         record = json.loads(store.record_path(store.key(s)).read_text())
         steps = [r["step"] for r in record["train_curve"]]
         assert steps == sorted(set(steps)) and record["train"]["steps"] == 2  # curves written once, in order
-    logs = sorted((tmp_path / "results" / "jobs").glob("*_log.out"))
+    logs = sorted(parallel.jobs_dir(tmp_path / "results").glob("*_log.out"))
     assert len(logs) == 2  # two worker processes ran
+    assert not (tmp_path / "results" / "jobs").exists()  # submitit's pickles are never in the store
 
     # a notebook's rows with CSE_KIT_WORKERS set: everything is in the store, so nothing is submitted again
     monkeypatch.setenv(parallel.WORKERS_ENV, "2")
@@ -44,7 +45,8 @@ def test_two_workers_train_each_pending_run_once_and_the_table_then_only_reads(d
     assert s.workers == 2
     table = ex.run_rows([ex.Row("SimCSE", "simcse-bert", {"max_steps": 2, "eval_steps": 2})], s, ("sts_dev",),
                         ex.dev_columns)
-    assert list(table["status"]) == ["ok", "ok"] and len(list((tmp_path / "results" / "jobs").glob("*_log.out"))) == 2
+    assert list(table["status"]) == ["ok", "ok"]
+    assert len(list(parallel.jobs_dir(tmp_path / "results").glob("*_log.out"))) == 2
 
 
 @pytest.mark.slow
@@ -70,7 +72,7 @@ def test_a_run_held_by_a_process_that_dies_is_taken_over_by_a_worker(data_dir, t
     assert time.perf_counter() - start >= 20  # it was waited for, not skipped
     assert sorted(computed) == sorted([store.key(held), store.key(free)])
     assert store.has(held, ("sts_dev",)) and store.has(free, ("sts_dev",))
-    waited = "".join(p.read_text() for p in (tmp_path / "results" / "jobs").glob("*_log.err"))
+    waited = "".join(p.read_text() for p in parallel.jobs_dir(tmp_path / "results").glob("*_log.err"))
     assert f"waiting for run {store.key(held)}: another process holds" in waited
 
 
@@ -84,6 +86,39 @@ def test_worker_settings_are_checked(monkeypatch):
         parallel.settings()
 
 
+def test_the_jobs_folder_is_private_per_user_and_outside_the_store(tmp_path, monkeypatch):
+    """submitit's job files are pickles a worker unpickles: their folder is in the user's cache, one per store, mode
+    0700; one that others may write is refused in one line, by the report before any notebook runs."""
+    monkeypatch.delenv(parallel.JOBS_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    store = tmp_path / "lab" / "results"
+    store.mkdir(parents=True)
+    folder = parallel.jobs_dir(store)
+    assert folder.parent == tmp_path / "cache" / "cse-kit" / "jobs" and not folder.is_relative_to(store)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    monkeypatch.chdir(tmp_path / "lab")
+    assert parallel.jobs_dir("results") == folder and parallel.jobs_dir(tmp_path / "other") != folder
+    folder.chmod(0o770)
+    with pytest.raises(ValueError, match=f"the jobs folder {folder} is writable by its group or others"):
+        parallel.jobs_dir(store)
+
+    monkeypatch.setenv(parallel.JOBS_DIR_ENV, str(folder))
+    done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--workers", "2",
+                           "--results-dir", str(store), "--out", str(tmp_path / "page")], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"run `chmod 700 {folder}`" in done.stderr and parallel.JOBS_DIR_ENV in done.stderr
+    assert not (tmp_path / "page").exists()
+
+
+def test_force_with_workers_is_refused_in_one_line(data_dir, tmp_path, monkeypatch):
+    """force=True recomputes in the notebook's own kernel: with workers asked for it would train there, unasked."""
+    monkeypatch.setenv(parallel.CLUSTER_ENV, "slurm")
+    with pytest.raises(ex.ParameterError, match="force=True recomputes every run in this kernel") as refused:
+        ex.setup("smoke", data_dir=str(data_dir), results_dir=str(tmp_path / "results"), force=True)
+    assert "\n" not in str(refused.value) and "unset them" in str(refused.value)
+
+
 def _preemptible_runs(seeds):
     """Runs long enough to be interrupted mid-training (16 steps, a checkpoint only where a stop asks for one)."""
     return [build_config("simcse-bert", "smoke", {"seed": seed, "max_examples": 256, "eval_steps": 8})
@@ -92,7 +127,7 @@ def _preemptible_runs(seeds):
 
 def interrupt_mid_training(store, sends: list, timeout=300):
     """[(subject, send)]: once subject's run has logged step 4 of 16, `send(job_id)` to the worker job training it."""
-    jobs, waiting = store.root / "jobs", list(sends)
+    jobs, waiting = parallel.jobs_dir(store.root), list(sends)
     deadline = time.monotonic() + timeout
     while waiting and time.monotonic() < deadline:
         for subject, send in list(waiting):
@@ -109,7 +144,7 @@ def interrupt_mid_training(store, sends: list, timeout=300):
 def assert_trained_once_and_resumed(store, subjects, interrupted, reference):
     """Every run started fresh once (the workers' logs), the interrupted one resumed from a checkpoint after step 0,
     and it ended bit-identical to the same run trained without interruption in `reference`."""
-    logs = "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.out"))
+    logs = "".join(p.read_text() for p in parallel.jobs_dir(store.root).glob("*_log.out"))
     for subject in subjects:
         assert logs.count(f"; fresh; output {store.run_dir(store.key(subject))}") == 1, logs
     run = store.run_dir(store.key(interrupted))
@@ -145,7 +180,7 @@ def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bi
     interrupt_mid_training(store, [(subjects[0], terminate)])
     thread.join(timeout=600)
     assert sorted(computed) == sorted(store.key(s) for s in subjects)
-    assert "SIGTERM: " in "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.err"))
+    assert "SIGTERM: " in "".join(p.read_text() for p in parallel.jobs_dir(store.root).glob("*_log.err"))
     assert_trained_once_and_resumed(store, subjects, subjects[0], ResultStore(tmp_path / "reference", data_dir))
 
 

@@ -144,15 +144,21 @@ def test_store_reuses_records_and_adds_evaluations(data_dir, tmp_path, counted):
     assert counted[-1] == "sts_dev" and len(counted) == 3
 
 
-def test_corrupt_record_is_reported_set_aside_and_recomputed(data_dir, tmp_path, counted):
+def test_a_record_that_is_not_json_is_refused_until_moved_away_then_recomputed(data_dir, tmp_path, counted):
+    """The store's writes are atomic, so a record cut short was damaged or replaced after it was written: it is
+    refused in one line naming it and the fix, and left where it is, never read or replaced."""
     store = ResultStore(tmp_path, data_dir)
     subject = Pretrained("smoke-bert", "avg", "smoke")
     key = store.get(subject, ("sts_dev",))["key"]
-    store.record_path(key).write_text('{"key": "' + key + '", "metr')  # a write cut short
-    with pytest.warns(UserWarning, match="corrupt"):
-        record = store.get(subject, ("sts_dev",))
-    assert counted == ["sts_dev", "sts_dev"] and record["metrics"]["sts_dev"]
-    assert len(list((tmp_path / "records").glob(f"{key}.corrupt-*"))) == 1
+    path = store.record_path(key)
+    path.write_text('{"key": "' + key + '", "metr')
+    for ask in (lambda: store.get(subject, ("sts_dev",)), store.check_readable):
+        with pytest.raises(results.UnreadableRecord, match=f"result record {path} is not JSON") as refused:
+            ask()
+        assert "\n" not in str(refused.value) and f"move it out of {path.parent} or delete it" in str(refused.value)
+    assert counted == ["sts_dev"] and path.read_text().endswith('"metr') and not store.has(subject, ("sts_dev",))
+    path.rename(tmp_path / "looked-at.json")
+    assert store.get(subject, ("sts_dev",))["metrics"]["sts_dev"] and counted == ["sts_dev", "sts_dev"]
 
 
 def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch, capsys):

@@ -55,7 +55,7 @@ def test_slurm_without_a_number_of_workers_is_one_job_that_trains_every_pending_
     for pending in (subjects[:1], subjects):  # one run, then the other one with the first already stored
         assert parallel.compute_all(store, [(s, ("sts_dev",)) for s in pending], workers=1,
                                     cluster="slurm", log=lambda *a: None) == [store.key(pending[-1])]
-    logs = sorted((store.root / "jobs").glob("*_log.out"))
+    logs = sorted(parallel.jobs_dir(store.root).glob("*_log.out"))
     assert len(logs) == 2 and all(p.name.split("_")[0].isdigit() for p in logs)  # one SLURM job each time
     text = "".join(p.read_text() for p in logs)
     assert all(text.count(f"; fresh; output {store.run_dir(store.key(s))}") == 1 for s in subjects)
@@ -76,7 +76,7 @@ def test_the_report_runs_its_pending_runs_as_slurm_jobs_and_equals_a_local_run(w
     assert done.returncode == 0, console
     assert "accounting storage" not in console and "sacct" not in console
     assert (tmp_path / "page" / "index.html").is_file()
-    logs = sorted((results / "jobs").glob("*_log.out"))
+    logs = sorted(parallel.jobs_dir(results).glob("*_log.out"))
     assert len(logs) == (2 if workers else 1) and all(p.name.split("_")[0].isdigit() for p in logs)  # SLURM jobs
     store, reference = ResultStore(results, data_dir), ResultStore(tmp_path / "reference", data_dir)
     trained = [json.loads(p.read_text()) for p in (results / "records").glob("*.json")]
@@ -107,7 +107,7 @@ def test_requeue_and_usr2_on_slurm_resume_each_run_from_its_checkpoint_bit_exact
                                    (subjects[1], lambda job: slurm.client(["scancel", "--signal=USR2", job]))])
     thread.join(timeout=600)
     assert sorted(computed) == sorted(store.key(s) for s in subjects)
-    errors = "".join(p.read_text() for p in (store.root / "jobs").glob("*_log.err"))
+    errors = "".join(p.read_text() for p in parallel.jobs_dir(store.root).glob("*_log.err"))
     assert "SIGTERM: " in errors and "SIGUSR2: " in errors
     reference = ResultStore(tmp_path / "reference", data_dir)
     for subject in subjects:

@@ -1,5 +1,5 @@
 """An exported model, a results-store record and a model folder with its own code are data: a pickle planted in
-place of any of their files never runs (refused in one line naming the file, exit 2, or a record set aside), and a
+place of any of their files never runs (refused in one line naming the file, exit 2), and a
 model's Python code runs only when the user sets CSE_KIT_TRUST_REMOTE_CODE=1."""
 
 import json
@@ -47,7 +47,9 @@ def test_a_pickle_planted_in_an_export_never_runs(exported, data_dir, tmp_path, 
     assert not marker.exists()
 
 
-def test_a_pickle_planted_as_a_results_record_never_runs_and_is_set_aside(data_dir, tmp_path, monkeypatch):
+def test_a_pickle_planted_as_a_results_record_never_runs_and_is_refused(data_dir, tmp_path, monkeypatch):
+    """In the store (the API a notebook calls) and before `cse-kit report` executes any notebook: one line naming
+    the record, exit 2, the record left in place."""
     from cse_kit import results
 
     monkeypatch.setitem(results.EVALUATIONS, "sts_dev", lambda encoder, data_dir, profile: {"spearman": 40.72})
@@ -57,10 +59,15 @@ def test_a_pickle_planted_as_a_results_record_never_runs_and_is_set_aside(data_d
     path = store.record_path(store.get(subject, ("sts_dev",))["key"])
     marker = tmp_path / "created"
     plant(path, marker)
-    with pytest.warns(UserWarning, match=f"result record {path} is corrupt") as said:
-        assert store.get(subject, ("sts_dev",))["metrics"]["sts_dev"] == {"spearman": 40.72}
-    assert len(said) == 1 and "\n" not in str(said[0].message)
-    assert not marker.exists() and len(list(path.parent.glob(f"{path.stem}.corrupt-*"))) == 1
+    planted = path.read_bytes()
+    with pytest.raises(results.UnreadableRecord, match=f"result record {path} is not JSON"):
+        store.get(subject, ("sts_dev",))
+    done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
+                           "figure2_cosine", "--results-dir", str(store.root), "--data-dir", str(data_dir), "--out",
+                           str(tmp_path / "page")], capture_output=True, text=True)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"result record {path} is not JSON" in done.stderr and "delete it" in done.stderr
+    assert not marker.exists() and path.read_bytes() == planted and not (tmp_path / "page").exists()
 
 
 def test_a_model_with_its_own_code_loads_only_when_the_user_trusts_it(data_dir, tmp_path, monkeypatch):

@@ -166,8 +166,13 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     check(not repeated, f"seeds {seeds} repeat {repeated}: each seed is one run, a repeat would count it twice in "
                         "the mean and std; give distinct seeds")
+    workers, cluster = parallel.settings()
+    check(not (force and parallel.uses_workers(workers, cluster)),
+          f"force=True recomputes every run in this kernel, one at a time, never in workers, yet "
+          f"{parallel.WORKERS_ENV}/{parallel.CLUSTER_ENV} ask for workers: unset them to recompute here, or delete the records to recompute "
+          "(<results_dir>/records/<key>.json) and run without force to have workers compute them")
     store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress, status=terminal_progress)
-    out = Setup(profile, seeds, store, *parallel.settings())
+    out = Setup(profile, seeds, store, workers, cluster)
     print(out.describe())
     return out
 
@@ -202,8 +207,8 @@ def _seeds(row: Row, s: Setup) -> list[int]:
 
 def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
     """With workers, the planned rows' pending runs are computed by them first; the caller then only reads records.
-    (Not under force: recomputing "once" is a promise of one process.)"""
-    if not parallel.uses_workers(s.workers, s.cluster) or s.store.force:
+    (setup refuses force with workers: recomputing "once" is a promise of one process.)"""
+    if not parallel.uses_workers(s.workers, s.cluster):
         return
     parallel.compute_all(s.store, [(subject, evals) for _, subjects, _ in plan for _, subject in subjects],
                          s.workers, s.cluster)

@@ -5,8 +5,10 @@ runs instead of retraining them.
 A record holds the config, code version, data checksums, environment, seed, dev curve, timings and the metrics of
 every evaluation asked of it so far (`sts_test`, `sts_dev`, `transfer_dev`, `transfer_test`, `transfer_fasttest`,
 `geometry`); asking for a new evaluation adds it to the record. Writes are atomic and each record carries a digest
-of its content; a record that cannot be read, has the wrong shape or fails its digest (edited by hand) is set aside
-(renamed `*.corrupt-<time>`), reported, and recomputed. One file lock per key (`ResultStore.lock`) makes a second
+of its content. A record that is not JSON cannot be one the store wrote (its writes are atomic): it was replaced
+or damaged, and is refused (UnreadableRecord), never read or replaced, until someone looks at it; a JSON record of
+the wrong shape or that fails its digest (edited by hand) is set aside (renamed `*.corrupt-<time>`), reported, and
+recomputed. One file lock per key (`ResultStore.lock`) makes a second
 process wait for the first one's run and reuse it; an interrupted training run resumes from its checkpoint."""
 
 from __future__ import annotations
@@ -166,6 +168,23 @@ class CorruptRecord(ValueError):
     pass
 
 
+class UnreadableRecord(ValueError):
+    """A record file that is not JSON: replaced (by a pickle, say) or damaged on disk, never written so by the store."""
+
+    def __init__(self, path: Path):
+        super().__init__(f"result record {path} is not JSON, so the results store did not write it (its writes are "
+                         f"atomic): someone replaced it or the disk damaged it, and it is never read; look at it, then "
+                         f"move it out of {path.parent} or delete it, and run again to recompute it")
+
+
+def read_record(path: Path):
+    """The JSON in a record file (UnreadableRecord where there is none)."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UnreadableRecord(path) from None
+
+
 _LOCKS: dict = {}  # lock file -> its FileLock: one object per file, so nested holders in a process re-enter it
 
 
@@ -208,6 +227,11 @@ class ResultStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             _LOCKS[path] = holder_lock(path)
         return _LOCKS[path]
+
+    def check_readable(self) -> None:
+        """Raise UnreadableRecord for the first record of this store that is not JSON (before a report runs)."""
+        for path in sorted((self.root / "records").glob("*.json")):
+            read_record(path)
 
     def run_dir(self, key: str) -> Path:
         return self.root / "runs" / key
@@ -307,10 +331,10 @@ class ResultStore:
         path = self.record_path(key)
         if not path.is_file():
             return None
+        record = read_record(path)
         try:
-            record = json.loads(path.read_text())
             check_record(record, key)
-        except (json.JSONDecodeError, UnicodeDecodeError, CorruptRecord) as err:
+        except CorruptRecord as err:
             aside = path.with_suffix(f".corrupt-{time.strftime('%Y%m%d%H%M%S')}")
             path.replace(aside)
             warnings.warn(f"result record {path} is corrupt ({err}); moved to {aside.name} and recomputing it",

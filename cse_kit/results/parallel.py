@@ -17,10 +17,14 @@ and requeuing it from inside would undo a `scancel`.
 
 `cse-kit report --workers N` sets CSE_KIT_WORKERS (and CSE_KIT_CLUSTER) for the notebooks it executes; a notebook
 run by hand takes the same variables. `--cluster slurm` alone is one worker job: on SLURM every pending run is a
-job's, never trained on the machine that submits."""
+job's, never trained on the machine that submits.
+
+submitit's job files (the call a worker runs and its answer, pickles that submitit unpickles, and the jobs' logs)
+go to jobs_dir, a folder only this user can write, never into the results store, which a lab may share."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -41,6 +45,8 @@ WORKERS_ENV = "CSE_KIT_WORKERS"
 CLUSTER_ENV = "CSE_KIT_CLUSTER"
 #: JSON object of extra submitit parameters, e.g. {"slurm_partition": "gpu", "timeout_min": 600}
 EXECUTOR_PARAMS_ENV = "CSE_KIT_EXECUTOR_PARAMS"
+#: the folder of submitit's job files, instead of the default under the user's cache (jobs_dir)
+JOBS_DIR_ENV = "CSE_KIT_JOBS_DIR"
 CLUSTERS = ("local", "slurm")
 
 Task = tuple[TrainConfig | Pretrained, tuple[str, ...]]
@@ -77,6 +83,35 @@ def executor_params() -> dict:
         raise ValueError(f"{EXECUTOR_PARAMS_ENV} must be a JSON object, e.g. '{{\"slurm_partition\": \"gpu\"}}' "
                          f"(names and text in double quotes), got {text!r}")
     return params
+
+
+def jobs_dir(results_dir) -> Path:
+    """The folder of submitit's job files for the results store at results_dir: $CSE_KIT_JOBS_DIR, else
+    <$XDG_CACHE_HOME or ~/.cache>/cse-kit/jobs/<a digest of the store's absolute path> (a home folder, which a
+    cluster's nodes mount). Created with mode 0700: a worker unpickles the call it finds there, so whoever could write
+    there could run code as this user. A folder another user owns, or its group or others may write, is refused."""
+    chosen = os.environ.get(JOBS_DIR_ENV)
+    if chosen:
+        folder = Path(chosen).expanduser().absolute()
+    else:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        store = hashlib.sha256(str(Path(results_dir).expanduser().resolve()).encode()).hexdigest()[:16]
+        folder = cache / "cse-kit" / "jobs" / store
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    _check_private(folder)
+    return folder
+
+
+def _check_private(folder: Path) -> None:
+    """A ValueError naming the fix unless only this user can write into folder."""
+    found = folder.stat()
+    why = (f"is owned by another user (uid {found.st_uid})" if found.st_uid != os.getuid() else
+           f"is writable by its group or others (mode {found.st_mode & 0o777:o})" if found.st_mode & 0o022 else None)
+    if why:
+        raise ValueError(f"the jobs folder {folder} {why}: the worker jobs unpickle the files there, so whoever can "
+                         f"write there can run code as you; run `chmod 700 {folder}` if it is yours, or set "
+                         f"{JOBS_DIR_ENV} to a folder only you can write")
 
 
 def drain(results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False) -> list[str]:
@@ -185,7 +220,7 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     if not pending or (cluster == "local" and (workers <= 1 or len(pending) <= 1)):
         return []
     n = min(workers, len(pending))
-    folder = store.root / "jobs"
+    folder = jobs_dir(store.root)
     log(f"{len(pending)} runs pending: {n} workers ({cluster}); logs in {folder}")
     # each worker starts at another place in the list, so they claim different runs first
     starts = [i * len(pending) // n for i in range(n)]
