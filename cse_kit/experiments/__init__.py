@@ -450,7 +450,8 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
 
     table = strict_json({"name": name, "paper": paper_key(paper) if paper else None, "title": title,
                          "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile], "seeds": s.seeds,
-                         "notes": list(notes) + ([AMP_NOTE] if s.store.amp else []), "figures": [to_data_uri(f) for f in figures],
+                         "notes": list(notes) + ([AMP_NOTE] if s.store.amp else []),
+                         "figures": [to_data_uri(f) for f in figures],
                          "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
                          "extra": extra or {}, "environment": describe(), "evaluation_amp": s.store.amp,
                          "written": time.strftime("%Y-%m-%dT%H:%M:%S")})

@@ -99,9 +99,9 @@ def build_optimizer(named_parameters, name: str, lr: float, weight_decay: float 
                     fused: bool = False) -> torch.optim.Optimizer:
     """The optimizer `name` over (name, parameter) pairs. torch-adamw: one group, as the kit always built it (fused
     on CUDA; elsewhere one _foreach kernel per operation, bit-identical to torch's default per-parameter loop on CPU
-    and faster: docs/training.md, "Precision"); the legacy ones: the group their official builder decayed and, where it had one, the group it did not
-    (LEGACY), each group carrying `decay` so that a resumed run with another weight decay sets it on the decayed
-    group only."""
+    and faster: docs/training.md, "Precision"); the legacy ones: the group their official builder decayed and, where
+    it had one, the group it did not (LEGACY), each group carrying `decay` so that a resumed run with another weight
+    decay sets it on the decayed group only."""
     check_optimizer(name)
     weight_decay = default_weight_decay(name) if weight_decay is None else weight_decay
     named = list(named_parameters)
