@@ -51,10 +51,16 @@ def test_fitted_mlm_head_is_made_on_first_use_then_found_in_the_given_data_dir(t
 
     monkeypatch.setattr(mlm_head, "fit_mlm_head", short_fit)
     made = tmp_path / "models" / "all-MiniLM-L6-v2-mlm"
+    torch.manual_seed(7)  # as a training run seeds before it builds its objective and asks for the generator
     mlm = mlm_head.load_generator("all-MiniLM-L6-v2-mlm", tmp_path)
+    after_the_fit = torch.get_rng_state()
     assert fits == [("all-MiniLM-L6-v2", made)] and (made / "mlm_head.json").is_file()
     assert type(mlm).__name__ == "BertForMaskedLM"
     assert resolve_reference("all-MiniLM-L6-v2-mlm", tmp_path) == str(made) and len(fits) == 1  # cached
+    torch.manual_seed(7)
+    mlm_head.load_generator("all-MiniLM-L6-v2-mlm", tmp_path)
+    # the run that fitted draws the same numbers afterwards as one that found the fit cached
+    assert len(fits) == 1 and torch.equal(torch.get_rng_state(), after_the_fit)
 
 
 @pytest.mark.parametrize("ref", ["runs/x/model", "./model", "/no/such/dir", "~/nothing/here"])
