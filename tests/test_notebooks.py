@@ -17,7 +17,8 @@ import papermill
 import pytest
 
 from cse_kit import report
-from cse_kit.experiments import TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV
+from cse_kit.experiments import TABLE_MIMETYPE
+from cse_kit.progress import TERMINAL_PROGRESS_ENV
 from cse_kit.data.published import paper_table
 
 from conftest import REPO, run_notebook

@@ -9,7 +9,7 @@ import sys
 
 import nbformat
 
-from cse_kit.experiments import TERMINAL_PROGRESS_ENV
+from cse_kit.progress import TERMINAL_PROGRESS_ENV
 
 from conftest import REPO
 

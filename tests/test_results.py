@@ -12,6 +12,7 @@ from cse_kit import experiments as ex
 from cse_kit import results
 from cse_kit.papers import diffcse
 from cse_kit.data.published import paper_table, paper_value
+from cse_kit.progress import PROGRESS_PREFIX
 from cse_kit.results import Pretrained, ResultStore, record_key
 from cse_kit.train.presets import PROFILES, build_config
 
@@ -308,7 +309,7 @@ def test_a_notebook_says_on_its_progress_stream_that_it_waits_for_another_proces
         holder.kill()
     assert "sts_dev" in record["metrics"]
     err = capfd.readouterr().err
-    assert f"{ex.PROGRESS_PREFIX}waiting for run {key}: another process is computing it" in err
+    assert f"{PROGRESS_PREFIX}waiting for run {key}: another process is computing it" in err
     assert "Warning" not in err
 
 

@@ -19,8 +19,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 from ..data.published import paper_key, paper_table  # noqa: E402
 from ..io import write_json_atomic  # noqa: E402
-# the progress lines, here since notebooks and the report call them from this module
-from ..progress import PROGRESS_PREFIX, TERMINAL_PROGRESS_ENV, duration, progress, terminal_progress  # noqa: E402,F401
+from ..progress import duration, progress, terminal_progress  # noqa: E402
 from ..results import Pretrained, ResultStore, parallel  # noqa: E402
 from ..train.presets import PROFILES, ProfileUnavailable, build_config
 

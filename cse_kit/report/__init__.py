@@ -24,7 +24,7 @@ from traitlets.config import Config
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
 from ..environment import source_digest
-from ..experiments import PROGRESS_PREFIX, TABLE_MIMETYPE, TERMINAL_PROGRESS_ENV, resolve_profile
+from ..experiments import TABLE_MIMETYPE, resolve_profile
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
@@ -32,6 +32,7 @@ from ..papers import PAPERS, all_notebooks, paper_key, paper_module
 from ..papers import notebooks as paper_notebooks
 from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
+from ..progress import PROGRESS_PREFIX, TERMINAL_PROGRESS_ENV
 from ..results import default_results_dir, evaluation_amp
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 

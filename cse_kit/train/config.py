@@ -101,8 +101,9 @@ class TrainConfig:
     keep_projector: bool = False
     simcse_variant: str = "paper"  # paper (the kit's protocol) | official-code (the optimizer and process count
     # of the official scripts, princeton-nlp/SimCSE)
-    # auto: bf16 (else fp16) on CUDA, none on CPU; the official variants' presets set their scripts' fp16
-    # (OFFICIAL_PRECISION), which a CPU runs in fp32
+    # auto: bf16 (else fp16) on CUDA, bf16 on a CPU with a native bf16 multiply, fp32 elsewhere
+    # (cse_kit.train.precision); the official variants' presets set their scripts' fp16 (OFFICIAL_PRECISION),
+    # which a CPU runs in fp32
     mixed_precision: str = "auto"
     eval_steps: int = 125
     # also evaluate at each epoch's end, eval_steps counted from each epoch's start (SentenceTransformer.fit's
