@@ -247,7 +247,7 @@ class Stepper:
 
     def __init__(self, objective, cfg, device, stage: int | None = None):
         from cse_kit.train.precision import resolve_precision
-        from cse_kit.train.optim import build_optimizer
+        from cse_kit.train.optim import build_optimizer, fused_update
 
         self.objective, self.cfg, self.device, self.stage = objective, cfg, device, stage
         cuda = device.type == "cuda"
@@ -255,9 +255,9 @@ class Stepper:
         names = {id(p): n for n, p in objective.named_parameters()}
         params = objective.stage1_parameters() if stage == 1 else [p for p in objective.parameters()
                                                                       if p.requires_grad]
-        self.optimizer = build_optimizer([(names[id(p)], p) for p in params], cfg.optimizer_name(), lr,
-                                         cfg.weight_decay_value(), cuda)
         self.precision = resolve_precision(cfg.mixed_precision, cuda)
+        self.optimizer = build_optimizer([(names[id(p)], p) for p in params], cfg.optimizer_name(), lr,
+                                         cfg.weight_decay_value(), fused_update(device.type, self.precision))
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None

@@ -37,6 +37,7 @@ from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
 from cse_kit.eval.prompt import Template
 from cse_kit.train.loop import load_encoder
+from cse_kit.train.optim import build_optimizer, fused_update
 
 
 def _nonembedding_params(model) -> int:
@@ -154,11 +155,12 @@ def diffaug_flop_ratio(diffaug, plain_width: int, templated_width: int, batch, r
 
 class StepTimer:
     """One training step timed; precision "bf16": the forward under bf16 autocast, as the loop's Accelerator runs
-    it (fp32 weights and optimizer)."""
+    it (fp32 weights and optimizer), and the loop's AdamW for that precision (fused in bf16, else _foreach)."""
 
     def __init__(self, objective, lr, precision: str = "no"):
         self.objective = objective.train()
-        self.opt = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=lr)
+        named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]
+        self.opt = build_optimizer(named, "torch-adamw", lr, None, fused_update("cpu", precision))
         self.autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
     def __call__(self, batch) -> float:
@@ -198,7 +200,7 @@ def sentence_transformers_step(batch_size, lr):
     transformer = Transformer(resolve_reference("all-MiniLM-L6-v2"), max_seq_length=32)
     model = SentenceTransformer(modules=[transformer, Pooling(384, pooling_mode="cls")], device="cpu")
     mnrl = losses.MultipleNegativesRankingLoss(model, scale=20.0)  # scale 1 / temp 0.05
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = build_optimizer(model.named_parameters(), "torch-adamw", lr)  # the kit's fp32 AdamW (_foreach)
     model.train()
 
     def step(sentences) -> float:

@@ -1,5 +1,5 @@
 """mixed_precision=auto on the machine it runs on: bf16 on a GPU or on a CPU that multiplies bf16 natively (AMX-BF16,
-AVX512-BF16), fp32 elsewhere; the store keys auto alike on every machine; `--amp` evaluation on such a CPU. The
+AVX512-BF16), fp32 elsewhere; the store keys a run by the precision it trains in; `--amp` evaluation on such a CPU. The
 tests of what only a bf16 unit runs skip elsewhere and say so; the others pretend either machine (monkeypatch), so
 they assert the same thing on every CPU."""
 
@@ -46,17 +46,56 @@ def test_the_cpu_and_paper_profiles_train_in_auto_the_smoke_profile_in_fp32():
     assert build_config("diffaug-semi-bert-official", "cpu").mixed_precision == "auto"
 
 
-def test_the_store_keys_auto_alike_on_every_machine_and_apart_from_explicit_precisions(monkeypatch, tmp_path):
-    """A SLURM worker and the machine that submitted its run must compute one key, whatever each resolves auto to;
-    the record says what the run trained in (`train.mixed_precision`, copied from the run's summary)."""
-    store = ResultStore(tmp_path / "results", data_dir=tmp_path / "data")
-    keys = {}
-    for unit in ("AMX-BF16", None):
-        monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: unit)
-        keys[unit] = {setting: store.key(build_config("simcse-bert", "cpu", {"mixed_precision": setting}))
-                      for setting in ("auto", "no", "bf16")}
-    assert keys["AMX-BF16"] == keys[None]
-    assert len(set(keys[None].values())) == 3
+def _keys(store, settings=("auto", "no", "bf16", "fp16")) -> dict[str, str]:
+    return {setting: store.key(build_config("simcse-bert", "cpu", {"mixed_precision": setting})) for setting in settings}
+
+
+@pytest.mark.parametrize("unit", ["AMX-BF16", None])
+def test_the_store_keys_a_run_by_the_precision_it_trains_in(monkeypatch, tmp_path, unit):
+    """auto is keyed as what it resolves to (bf16 on a CPU with a bf16 unit, else fp32), fp16 on a CPU as fp32 (what
+    it trains in there), so a store two machines share never shows one machine's bf16 run for another's fp32 one."""
+    monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: unit)
+    keys = _keys(ResultStore(tmp_path / "results", data_dir=tmp_path / "data"))
+    assert keys["auto"] == keys["bf16" if unit else "no"] and keys["fp16"] == keys["no"] != keys["bf16"]
+    # a store whose runs train on a GPU (a SLURM submitter's GPU jobs): auto is bf16 there, fp16 is fp16
+    gpu = _keys(ResultStore(tmp_path / "results", data_dir=tmp_path / "data", cuda=True))
+    assert gpu["auto"] == gpu["bf16"] == keys["bf16"] and len({gpu["no"], gpu["bf16"], gpu["fp16"]}) == 3
+
+
+@pytest.mark.parametrize("submitter, worker", [("AMX-BF16", None), (None, "AVX512-BF16")])
+def test_a_slurm_cpu_job_trains_in_the_precision_its_submitter_keyed(monkeypatch, tmp_path, submitter, worker):
+    """A SLURM worker on another CPU than its submitter's is sent auto resolved by the submitter, and so computes the
+    submitter's key and trains in the precision it says."""
+    from cse_kit.results import parallel
+
+    cfg = build_config("simcse-bert", "cpu")
+    monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: submitter)
+    store = ResultStore(tmp_path / "results", data_dir=tmp_path / "data", cuda=parallel.jobs_get_gpus("cpu", "slurm"))
+    sent = parallel.for_workers(cfg, "slurm")
+    assert sent.mixed_precision == ("bf16" if submitter else "no") and parallel.for_workers(cfg, "local") is cfg
+    planned = store.key(sent)
+    monkeypatch.setattr(precision, "cpu_bf16_unit", lambda: worker)
+    assert ResultStore(tmp_path / "results", data_dir=tmp_path / "data").key(sent) == planned
+    assert precision.resolve_precision(sent.mixed_precision) == sent.mixed_precision  # what it trains in
+
+
+def test_a_slurm_gpu_job_from_a_cpu_node_computes_its_submitters_key(monkeypatch, tmp_path):
+    """The paper profile's SLURM jobs get GPUs: a submitter without one keys their runs as a GPU trains them (auto:
+    bf16; an official variant's fp16: fp16), and the GPU worker computes the same key; the submitter refuses to
+    train such a run itself (in fp32) when the workers did not finish it."""
+    from cse_kit.results import parallel
+
+    store = ResultStore(tmp_path / "results", data_dir=tmp_path / "data", cuda=parallel.jobs_get_gpus("paper", "slurm"))
+    sent = {s: parallel.for_workers(build_config("simcse-bert", "paper", {"mixed_precision": s}), "slurm")
+            for s in ("auto", "fp16")}
+    assert {s: c.mixed_precision for s, c in sent.items()} == {"auto": "bf16", "fp16": "fp16"}
+    planned = {s: store.key(c) for s, c in sent.items()}
+    with pytest.raises(RuntimeError, match="keyed to train in fp16 on a GPU job.*SLURM workers did not finish it"):
+        store.get(sent["fp16"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    worker = ResultStore(tmp_path / "results", data_dir=tmp_path / "data")
+    assert {s: worker.key(c) for s, c in sent.items()} == planned
 
 
 @needs_bf16_unit
@@ -155,3 +194,38 @@ def test_a_store_evaluating_under_amp_on_this_cpu_runs_bf16_close_to_fp32(data_d
     assert fast["evaluation_precision"] == "bf16" and fast["key"] != exact["key"]
     shift = {name: abs(fast_value - _spearmans(exact)[name]) for name, fast_value in _spearmans(fast).items()}
     assert 0 < max(shift.values()) < 0.5, shift  # bf16 did run; the Spearmans move by far less than a point
+
+
+def test_a_bf16_run_on_a_cpu_steps_a_fused_adamw_and_resumes_bit_exactly(data_dir, tmp_path, monkeypatch):
+    """bf16 runs on a CPU update their weights with the fused AdamW (fp32 runs keep _foreach, bit-identical to
+    torch's loop: optim.fused_update); it is deterministic, so a run stopped after step 1 resumes to the same weights
+    and log as one never stopped. bf16 is emulated on a CPU without a unit: the tiny model's run is seconds anyway."""
+    import signal
+
+    from safetensors.torch import load_file
+
+    from cse_kit.train import loop
+    from cse_kit.train.loop import TrainingStopped
+    from cse_kit.train.preemption import stop_after_this_step
+
+    fused = []
+    real = loop.build_optimizer
+    monkeypatch.setattr(loop, "build_optimizer", lambda *a: fused.append(a[-1]) or real(*a))
+
+    def config(run, precision="bf16"):
+        return build_config("simcse-bert", "smoke", {"output_dir": str(run), "data_dir": str(data_dir),
+                                                     "mixed_precision": precision, "max_steps": 3, "eval_steps": 3,
+                                                     "log_steps": 1, "save_steps": 100})
+
+    train(config(tmp_path / "whole"), progress=False)
+    stop_after_this_step(signal.SIGTERM)
+    with pytest.raises(TrainingStopped):
+        train(config(tmp_path / "stopped"), progress=False)
+    train(config(tmp_path / "stopped"), progress=False)
+    train(config(tmp_path / "fp32", "no"), progress=False)
+    assert fused == [True, True, True, False]
+    whole, resumed = (load_file(str(tmp_path / d / "model" / "model.safetensors")) for d in ("whole", "stopped"))
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    logs = [[{k: v for k, v in json.loads(x).items() if k != "dev"} for x in (tmp_path / d / "log.jsonl")
+             .read_text().splitlines()] for d in ("whole", "stopped")]
+    assert logs[0] == logs[1]

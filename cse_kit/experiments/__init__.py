@@ -170,7 +170,8 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
           f"force=True recomputes every run in this kernel, one at a time, never in workers, yet "
           f"{parallel.WORKERS_ENV}/{parallel.CLUSTER_ENV} ask for workers: unset them to recompute here, or delete the records to recompute "
           "(<results_dir>/records/<key>.json) and run without force to have workers compute them")
-    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress, status=terminal_progress)
+    store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress, status=terminal_progress,
+                        cuda=parallel.jobs_get_gpus(profile, cluster))
     out = Setup(profile, seeds, store, workers, cluster)
     print(out.describe())
     return out
@@ -218,7 +219,8 @@ def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable
     plan = []
     for row in rows:
         try:
-            plan.append((row, [(seed, row.subject(s.profile, seed)) for seed in _seeds(row, s)], None))
+            plan.append((row, [(seed, parallel.for_workers(row.subject(s.profile, seed), s.cluster))
+                               for seed in _seeds(row, s)], None))
         except ProfileUnavailable as err:
             plan.append((row, [], err))
     return plan

@@ -31,6 +31,7 @@ from ..data.registry import BUILT_SOURCES
 from ..environment import PACKAGE, describe, source_digest
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
 from ..train.config import TrainConfig
+from ..train.precision import resolve_precision
 from ..train.tracking import log_evaluations
 
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
@@ -98,13 +99,15 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def subject_dict(subject: TrainConfig | Pretrained) -> dict:
-    """What a record's key hashes. mixed_precision=auto stays `auto` in it, not what it resolves to here: the
-    submitting machine and a SLURM worker on another node (a GPU, a CPU with or without a bf16 unit) must compute
-    the same key, or the submitter would not find the worker's record and train the run again itself. The record
-    says which precision the run trained in (`train.mixed_precision`, `environment.cpu_bf16`)."""
+def subject_dict(subject: TrainConfig | Pretrained, cuda: bool | None = None) -> dict:
+    """What a record's key hashes. mixed_precision is the precision the run trains in (resolve_precision: `auto` is
+    bf16 or fp32 on a CPU by its bf16 unit, bf16 on a GPU; fp16 is fp32 on a CPU), so a store shared by machines
+    that resolve a setting differently never shows one machine's run for another's. cuda: whether the run trains
+    on a GPU, None for this machine (True for the GPU jobs a SLURM submitter without one plans: results.parallel;
+    their worker nodes, with a GPU, compute the same key)."""
     if isinstance(subject, TrainConfig):
-        return {"kind": "trained", **{k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}}
+        settings = {k: v for k, v in subject.to_dict().items() if k not in LOCATIONS}
+        return {"kind": "trained", **settings, "mixed_precision": resolve_precision(subject.mixed_precision, cuda)}
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 
@@ -113,15 +116,14 @@ def evaluation_protocol(subject: TrainConfig | Pretrained, amp: bool = False) ->
     setting), the code and the data: how much of the evaluation sets its profile's evaluations read
     (evaluation_sample), and AMP when asked (amp). The evaluation mode is in each evaluation's name (`sts_dev`,
     `transfer_fasttest`). Whole sets in fp32 add nothing, so such a record keeps the key it had before samples and
-    AMP existed. AMP is keyed as asked, not as the machine resolves it (as mixed_precision=auto, subject_dict): a
-    record evaluated under AMP, bf16 or, without a unit, fp32, never stands for an fp32 one; it says which it ran
-    in (`evaluation_precision`)."""
+    AMP existed. AMP is keyed as asked, not as the machine resolves it: a record evaluated under AMP, bf16 or,
+    without a unit, fp32, never stands for an fp32 one; it says which it ran in (`evaluation_precision`)."""
     protocol = {kind: n for kind in SAMPLES if (n := evaluation_sample(subject.profile, kind)) is not None}
     return {**protocol, "amp": True} if amp else protocol
 
 
-def record_key(subject: TrainConfig | Pretrained, data_dir=None, amp: bool = False) -> str:
-    what = {"subject": subject_dict(subject), "code": code_version(),
+def record_key(subject: TrainConfig | Pretrained, data_dir=None, amp: bool = False, cuda: bool | None = None) -> str:
+    what = {"subject": subject_dict(subject, cuda), "code": code_version(),
             "data": data_fingerprint(None if data_dir is None else str(data_dir))}
     protocol = evaluation_protocol(subject, amp)
     if protocol:  # a sampled record never shares a key with a whole-set one, of this release or an older one
@@ -195,23 +197,26 @@ class ResultStore:
     trained once)."""
 
     def __init__(self, results_dir=None, data_dir=None, *, force: bool = False, progress: bool = False,
-                 notify=None, status=None, amp: bool | None = None):
+                 notify=None, status=None, amp: bool | None = None, cuda: bool | None = None):
         """notify(message): where the store says it waits for a run another process computes and starts training
         one (default: a warning, and the training header on stdout; notebooks pass their progress line, which
         `cse-kit report` shows on the console as it happens and leaves off the page). status(message), when given:
         where a run it computes says how far it is (its training step and the time left, its evaluations). amp:
-        evaluate under AMP, in records keyed apart (evaluation_protocol); None: $CSE_KIT_EVAL_AMP."""
+        evaluate under AMP, in records keyed apart (evaluation_protocol); None: $CSE_KIT_EVAL_AMP. cuda: whether its
+        runs train on a GPU (their keys say the precision they train in: subject_dict), None for this machine; True
+        for a SLURM submitter on a node without one whose jobs get GPUs (results.parallel.jobs_get_gpus)."""
         self.root = Path(results_dir) if results_dir else default_results_dir()
         self.data_dir = str(resolve_data_dir(data_dir))
         self.force, self.progress = force, progress
         self.amp = evaluation_amp() if amp is None else amp
+        self.cuda = cuda
         self.notify = notify or (lambda message: warnings.warn(message, stacklevel=3))
         self.announce = notify or print  # a training run's header line
         self.status = status
         self._recomputed: set[str] = set()
 
     def key(self, subject: TrainConfig | Pretrained) -> str:
-        return record_key(subject, self.data_dir, self.amp)
+        return record_key(subject, self.data_dir, self.amp, self.cuda)
 
     def record_path(self, key: str) -> Path:
         return self.root / "records" / f"{key}.json"
@@ -343,7 +348,7 @@ class ResultStore:
         return record
 
     def _new_record(self, key: str, subject) -> dict:
-        record = {"key": key, "subject": subject_dict(subject), "profile": subject.profile,
+        record = {"key": key, "subject": subject_dict(subject, self.cuda), "profile": subject.profile,
                   "seed": getattr(subject, "seed", None), "code_version": code_version(), "git_commit": git_commit(),
                   "data_checksums": data_checksums(), "environment": describe(), "metrics": {}, "timings": {},
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **({"evaluation_amp": True} if self.amp else {})}
@@ -357,6 +362,11 @@ class ResultStore:
     def _train(self, key: str, cfg: TrainConfig) -> dict:
         from ..train.loop import train
 
+        keyed, here = resolve_precision(cfg.mixed_precision, self.cuda), resolve_precision(cfg.mixed_precision)
+        if keyed != here:  # a SLURM GPU job's run, its workers gone: this node would train another run than its key
+            raise RuntimeError(f"run {key} is keyed to train in {keyed} on a GPU job, and this machine would train "
+                               f"it in {here}: its SLURM workers did not finish it (their logs say why); run again "
+                               f"with the workers, or set mixed_precision=no or =bf16 to train it here")
         run = self.run_dir(key)
         cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
         # resumes an interrupted run from its checkpoint

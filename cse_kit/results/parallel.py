@@ -38,6 +38,7 @@ from filelock import Timeout
 from submitit.helpers import Checkpointable
 
 from ..train.config import TrainConfig
+from ..train.precision import resolve_precision
 from ..train.preemption import Preemption
 from . import Pretrained, ResultStore
 
@@ -183,11 +184,28 @@ class _Preemption(Preemption):
         self.requeue(signum, None)  # checkpoint() resubmits the call, requeues (locally: restarts), exits
 
 
+def jobs_get_gpus(profile: str, cluster: str) -> bool | None:
+    """Whether the worker jobs that train a profile's runs have a GPU: on SLURM the paper profile's do
+    (job_resources), the others' do not; None for local workers, which run on this machine."""
+    return profile == "paper" if cluster == "slurm" else None
+
+
+def for_workers(subject: TrainConfig | Pretrained, cluster: str):
+    """subject as its worker jobs are sent it. A SLURM job trains on another node than the submitter, which may
+    resolve mixed_precision otherwise (a CPU login node, GPU or AMX workers), so a trained run's setting is sent
+    resolved for the job's device (auto: bf16 on a GPU, on a CPU what the submitter's CPU resolves it to; fp16:
+    fp32 on a CPU): the worker then trains in the precision the submitter's key says (ResultStore.cuda)."""
+    if cluster != "slurm" or not isinstance(subject, TrainConfig):
+        return subject
+    return subject.replace(mixed_precision=resolve_precision(subject.mixed_precision,
+                                                             jobs_get_gpus(subject.profile, cluster)))
+
+
 def job_resources(tasks: list[Task]) -> dict:
-    """What one SLURM worker job asks for: a GPU where its runs train on one (the paper profile; `auto` is
-    resolved to it where there is CUDA), else CPUs: 1 for the smoke profile's tiny models, up to 8 for cpu runs.
-    A cluster without GPUs refuses any GPU request, so cpu and smoke jobs make none."""
-    if any(subject.profile == "paper" for subject, _ in tasks):
+    """What one SLURM worker job asks for: a GPU where its runs train on one (the paper profile), else CPUs: 1 for
+    the smoke profile's tiny models, up to 8 for cpu runs. A cluster without GPUs refuses any GPU request, so cpu
+    and smoke jobs make none."""
+    if any(jobs_get_gpus(subject.profile, "slurm") for subject, _ in tasks):
         return {"gpus_per_node": 1}
     smoke = all(subject.profile == "smoke" for subject, _ in tasks)
     return {"cpus_per_task": 1 if smoke else min(8, os.cpu_count() or 1)}

@@ -14,14 +14,16 @@ from ..environment import cpu_bf16_unit
 def resolve_precision(setting: str, cuda: bool | None = None) -> str:
     """The precision Accelerate runs for a mixed_precision setting: "no", "bf16" or "fp16". auto: bf16 on a CUDA GPU
     with bf16 (else fp16), bf16 on a CPU with a native bf16 multiply, fp32 ("no") elsewhere; fp16 on a CPU: fp32
-    (Accelerate runs fp16 on accelerators only; the header says so, presets.precision_words)."""
+    (Accelerate runs fp16 on accelerators only; the header says so, presets.precision_words). cuda: whether the run
+    trains on a GPU, None for this machine; a GPU elsewhere (a SLURM job's, asked from a node without one) is taken
+    to have bf16, as every GPU since Ampere does (a SLURM GPU job is sent `bf16`, not `auto`: results.parallel)."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
     if setting == "fp16" and not cuda:
         return "no"
     if setting != "auto":
         return setting
     if cuda:
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if not torch.cuda.is_available() or torch.cuda.is_bf16_supported() else "fp16"
     return "bf16" if cpu_bf16_unit() else "no"
 
 
