@@ -11,6 +11,11 @@ import cse_kit  # noqa: F401  before any test module imports torch: the kit's Op
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# pytest-xdist's workers (-n auto: one per core) share the cores out, as cse_kit.results.parallel's local workers do:
+# with every worker on every core, an element-wise kernel waits for the scheduler to run its last thread (issue 45)
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CSE_KIT_SHARED", REPO.parent / "shared"))

@@ -35,6 +35,8 @@ def test_two_workers_train_each_pending_run_once_and_the_table_then_only_reads(d
         record = json.loads(store.record_path(store.key(s)).read_text())
         steps = [r["step"] for r in record["train_curve"]]
         assert steps == sorted(set(steps)) and record["train"]["steps"] == 2  # curves written once, in order
+        # the two CPU workers share the cores out, or each one's kernels would wait for the other's threads
+        assert record["environment"]["torch_threads"] == max(1, (os.cpu_count() or 1) // 2)
     logs = sorted(parallel.jobs_dir(tmp_path / "results").glob("*_log.out"))
     assert len(logs) == 2  # two worker processes ran
     assert not (tmp_path / "results" / "jobs").exists()  # submitit's pickles are never in the store

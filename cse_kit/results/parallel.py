@@ -150,9 +150,14 @@ class Drain(Checkpointable):
     """drain() as a pre-emptible worker job: submitit calls checkpoint() (Checkpointable's: this same call again)
     and requeues the job; _Preemption decides when."""
 
-    def __call__(self, results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False) -> list[str]:
+    def __call__(self, results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False,
+                 threads: int | None = None) -> list[str]:
         from ..train.loop import TrainingStopped
 
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
         preemption = _Preemption()
         try:
             return drain(results_dir, data_dir, tasks, amp)
@@ -211,6 +216,18 @@ def job_resources(tasks: list[Task]) -> dict:
     return {"cpus_per_task": 1 if smoke else min(8, os.cpu_count() or 1)}
 
 
+def worker_threads(workers: int, cluster: str) -> int | None:
+    """torch threads per local CPU worker: the cores shared out. torch would give each worker every core, and an
+    element-wise kernel whose threads outnumber the free cores waits for the scheduler to run its last thread: on
+    this 2-core machine, a bf16 cast of one activation took 8 ms beside another 2-thread job, 0.24 ms alone on one
+    thread (issue 45). None on SLURM (each job has its own CPUs) and on GPUs (one worker per GPU)."""
+    import torch
+
+    if cluster != "local" or torch.cuda.is_available():
+        return None
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
 def _executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:
     """One submitit executor per worker: locally each pinned to one GPU (round robin) when there are GPUs."""
     import submitit
@@ -242,7 +259,8 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     log(f"{len(pending)} runs pending: {n} workers ({cluster}); logs in {folder}")
     # each worker starts at another place in the list, so they claim different runs first
     starts = [i * len(pending) // n for i in range(n)]
-    jobs = [executor.submit(Drain(), str(store.root), store.data_dir, pending[start:] + pending[:start], store.amp)
+    jobs = [executor.submit(Drain(), str(store.root), store.data_dir, pending[start:] + pending[:start], store.amp,
+                            worker_threads(n, cluster))
             for start, executor in zip(starts, _executors(folder, n, cluster, job_resources(pending)))]
     ended = _wait_quietly(jobs) if cluster == "slurm" else jobs
     for job in jobs:
