@@ -56,9 +56,10 @@ def markdown(lines: list[dict]) -> str:
     out = ["| run | seeds | fp32 avg STS | bf16 avg STS | mean Δ (bf16 − fp32) | per-seed Δ | seed spread (std) "
            "| within spread |", "|---|---|---|---|---|---|---|---|"]
     for x in lines:
-        out.append(f"| {x['run']} | {x['seeds']} | {x['fp32'][0]:.2f} ± {x['fp32'][1]:.2f} | {x['bf16'][0]:.2f} ± "
-                   f"{x['bf16'][1]:.2f} | {x['delta']:+.2f} | {', '.join(f'{d:+.2f}' for d in x['per_seed'])} | "
-                   f"{x['spread']:.2f} | {'yes' if x['within'] else '**no**'} |")
+        per_seed = ", ".join(f"{d:+.3f}" for d in x["per_seed"])
+        out.append(f"| {x['run']} | {x['seeds']} | {x['fp32'][0]:.3f} ± {x['fp32'][1]:.3f} | {x['bf16'][0]:.3f} ± "
+                   f"{x['bf16'][1]:.3f} | {x['delta']:+.3f} | {per_seed} | {x['spread']:.3f} | "
+                   f"{'yes' if x['within'] else '**no**'} |")
     return "\n".join(out)
 
 

@@ -179,11 +179,11 @@ def diffcse_parts(diffcse, batch) -> dict:
     and the discriminator's forward and backward (from a leaf sentence vector, so no encoder work is counted)."""
     ids, mask = batch["input_ids"].flatten(0, 1), batch["attention_mask"].flatten(0, 1)
     t = time.perf_counter()
-    edited, labels = diffcse.edit(ids, mask)
+    edited, labels, edited_mask = diffcse.edit(ids, mask)
     t_gen = time.perf_counter() - t
     h = torch.randn(len(ids), diffcse.discriminator.config.hidden_size, requires_grad=True)
     t = time.perf_counter()
-    loss, _ = diffcse.rtd_loss(h, edited, labels, mask)
+    loss, _ = diffcse.rtd_loss(h, edited, labels, edited_mask)
     loss.backward()
     t_disc = time.perf_counter() - t
     diffcse.zero_grad(set_to_none=True)
@@ -265,6 +265,7 @@ def main():
     # each further precision (--mixed-precision no,bf16): the same objectives timed in it, in the same rounds
     extra = [p for p in dict.fromkeys(args.mixed_precision or ["no"]) if p != "no"]
     steps.update({f"{name} {p}": StepTimer(obj, 3e-5, p) for p in extra for name, obj in objectives.items()})
+    method_of = {f"{name} {p}": name for p in extra for name in objectives}  # a timed step -> its method
     if "st" in chosen:
         steps["sentence-transformers MNRL"] = sentence_transformers_step(args.batch_size, 3e-5)
     times = {name: [] for name in steps}
@@ -273,8 +274,8 @@ def main():
         batch = batches(i)
         sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
         inputs = {name: templated[name](i) for name in templated}
-        measured = {name: step(sentences if name.startswith("sentence") else inputs.get(name, batch))
-                    for name, step in steps.items()}
+        measured = {name: step(sentences if name.startswith("sentence")
+                               else inputs.get(method_of.get(name, name), batch)) for name, step in steps.items()}
         if i >= 2:
             if "PromptBERT" in objectives:
                 prompt_ratios.append(promptbert_flop_ratio(objectives["PromptBERT"], objectives["SimCSE"],

@@ -88,6 +88,20 @@ def test_train_speed_times_fp32_and_bf16_side_by_side(data_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_train_speed_cpu_profile_times_every_method_in_fp32_and_bf16(data_dir):
+    """The cpu profile's mode (all-MiniLM-L6-v2): every method in both precisions in the same rounds, PromptBERT's bf16
+    step on its templated batches as its fp32 one, DiffCSE's additions timed on their own."""
+    methods = ("SimCSE", "DiffCSE", "SCD", "ESimCSE", "PromptBERT", "ConSERT")
+    stdout = run_bench("train_speed.py", "--methods", "simcse,diffcse,scd,esimcse,promptbert,consert",
+                       "--mixed-precision", "no,bf16", "--steps", "1", "--batch-size", "8", data_dir=data_dir)
+    for method in methods:
+        for name in (method, f"{method} bf16"):
+            assert re.search(rf"^  {name} +[\d.]+ sentences/s", stdout, re.M), f"no {name} line in\n{stdout}"
+    assert re.search(r"SimCSE [\d.]+x, DiffCSE [\d.]+x, .*ConSERT [\d.]+x: bf16 step speed-up", stdout), stdout
+    assert re.search(r"generator edit [\d.]+ s, discriminator fwd\+bwd [\d.]+ s", stdout), stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["bert-base", "roberta-base"])
 def test_train_speed_every_method(data_dir, tmp_path, shape):
     out = tmp_path / "speed.json"
