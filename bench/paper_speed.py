@@ -30,7 +30,8 @@ folder. The methods are timed one after the other (one objective in memory at a 
 FLOPs per step: 6 x non-embedding parameters x positions (padded) for every transformer pass with gradients, and 2 x
 for a pass without (DiffCSE's generator, ESimCSE's momentum encoder), counted by forward hooks on the transformer
 models; vocabulary projections, attention scores, projectors and DiffAug's prefix attention are left out (and a
-frozen encoder that passes gradients back, DiffAug's stage 1, is counted as trained). The fraction of peak divides
+frozen encoder that passes gradients back, DiffAug's stage 1 of the paper variant, counts 4 x: its weights take no
+gradient, as in the loop: cse_kit.train.optim.gradients_only_for). The fraction of peak divides
 the achieved FLOP/s by the device's dense tensor peak for the precision run (PEAK_TFLOPS; `--peak-tflops` for others;
 on CPU the matmul ceiling of the precision's dtype, one 2048³ product measured in the same run).
 `--mixed-precision no,bf16` times each method in each precision, one after the other, and prints the later one's
@@ -224,7 +225,10 @@ def count_flops(objective):
             x = kwargs.get("input_ids", args[0] if args else None)
             x = kwargs.get("inputs_embeds") if x is None else x
             positions = x.shape[0] * x.shape[1]
-            flops.append((6 if torch.is_grad_enabled() else 2) * module._bench_params * positions)
+            # 2 forward, 2 for the input's gradient, 2 for the weights' where they take one
+            backward = torch.is_grad_enabled()
+            weights = backward and any(p.requires_grad for p in module.parameters())
+            flops.append((2 + 2 * backward + 2 * weights) * module._bench_params * positions)
         depth[0] += 1
 
     def after(module, args, output):
@@ -269,6 +273,8 @@ class Stepper:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def __call__(self, batches, step: int) -> dict:
+        from cse_kit.train.optim import gradients_only_for
+
         cuda = self.device.type == "cuda"
         if self.stage is not None:
             self.objective.stage = self.stage
@@ -280,9 +286,13 @@ class Stepper:
         batch = {k: (v.pin_memory() if cuda else v).to(self.device, non_blocking=True) for k, v in batch.items()}
         self.sync()
         t1 = time.perf_counter()
-        with self.autocast():
-            loss = self.objective(batch)["loss"]
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        trained = [p for g in self.optimizer.param_groups for p in g["params"]]
+        # as the loop: stage 1 computes the gradients it steps and clips only
+        with gradients_only_for([*self.clipped(), *trained], list(self.objective.parameters())) \
+                if self.stage == 1 else contextlib.nullcontext():
+            with self.autocast():
+                loss = self.objective(batch)["loss"]
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
         self.sync()
         t2 = time.perf_counter()
         if self.scaler:

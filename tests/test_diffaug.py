@@ -77,6 +77,36 @@ def test_every_diffaug_preset_trains_both_stages_on_the_smoke_profile(preset, da
     assert prefix.shape == (2 * cfg.prefix_len, 2 * 2 * 32)  # 2l positions x (layers x key/value x hidden)
 
 
+def test_stage_one_skips_the_encoders_weight_gradients_and_ends_bit_identical(data_dir, tmp_path, monkeypatch):
+    """The paper variant's stage 1 steps and clips the prefixes and classifier only, so the loop computes no gradient
+    for the encoder's weights there (optim.gradients_only_for): the run ends bit for bit where a run that computes
+    them (and drops them) ends; the official variant, which clips over every gradient, still computes them."""
+    import contextlib
+
+    from cse_kit.train import loop
+
+    seen = []
+    real = loop.gradients_only_for
+
+    def recording(needed, trained):
+        seen.append(sum(p.numel() for p in trained) - sum(p.numel() for p in {id(p): p for p in needed}.values()))
+        return real(needed, trained)
+
+    def run(name, skip, preset="diffaug-semi-bert"):
+        monkeypatch.setattr(loop, "gradients_only_for", recording if skip else lambda *a: contextlib.nullcontext())
+        train(build_config(preset, "smoke", {"output_dir": str(tmp_path / name), "data_dir": str(data_dir),
+                                             "max_steps": 2}), progress=False)
+        model = tmp_path / name / "model"
+        return {**load_file(str(model / "model.safetensors")), **load_file(str(model / "prefix.safetensors"))}
+
+    skipped, computed = run("skipped", True), run("computed", False)
+    assert seen and all(n > 0 for n in seen)  # the encoder's weights were left out in every stage-1 step
+    assert skipped.keys() == computed.keys() and all(torch.equal(skipped[k], computed[k]) for k in skipped)
+    seen.clear()
+    run("official", True, "diffaug-semi-bert-official")
+    assert seen and all(n == 0 for n in seen)
+
+
 def _cli(args):
     return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=cli_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

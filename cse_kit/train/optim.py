@@ -11,6 +11,7 @@ the legacy step is smaller, by up to sqrt(1 - b2) = 0.03 at t = 1."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -93,6 +94,24 @@ def check_optimizer(name: str) -> str:
 def default_weight_decay(name: str) -> float:
     """The weight decay the optimizer is built with unless a run sets one."""
     return LEGACY[check_optimizer(name)][2] if name in LEGACY else 0.0
+
+
+@contextlib.contextmanager
+def gradients_only_for(needed, trained):
+    """Within it, autograd computes gradients for `needed` only, of the parameters in `trained`: the others stop
+    requiring grad, then require it again. A stage that steps and clips a subset (DiffAug's stage 1 of the paper
+    variant: its prefixes and classifier) thus skips the weight gradients of the encoder its other stage trains,
+    about a third of the stage's backward, while the gradients it uses are the same (a weight's gradient is never
+    an input to another's)."""
+    keep = {id(p) for p in needed}
+    paused = [p for p in trained if id(p) not in keep and p.requires_grad]
+    for p in paused:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in paused:
+            p.requires_grad_(True)
 
 
 def fused_update(device_type: str, precision: str) -> bool:
