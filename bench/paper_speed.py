@@ -31,7 +31,7 @@ FLOPs per step: 6 x non-embedding parameters x positions (padded) for every tran
 for a pass without (DiffCSE's generator, ESimCSE's momentum encoder), counted by forward hooks on the transformer
 models; vocabulary projections, attention scores, projectors and DiffAug's prefix attention are left out (and a
 frozen encoder that passes gradients back, DiffAug's stage 1 of the paper variant, counts 4 x: its weights take no
-gradient, as in the loop: cse_kit.train.optim.gradients_only_for). The fraction of peak divides
+gradient, as in the loop: cse_kit.train.optim.stage_gradients). The fraction of peak divides
 the achieved FLOP/s by the device's dense tensor peak for the precision run (PEAK_TFLOPS; `--peak-tflops` for others;
 on CPU the matmul ceiling of the precision's dtype, one 2048³ product measured in the same run).
 `--mixed-precision no,bf16` times each method in each precision, one after the other, and prints the later one's
@@ -273,7 +273,7 @@ class Stepper:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def __call__(self, batches, step: int) -> dict:
-        from cse_kit.train.optim import gradients_only_for
+        from cse_kit.train.optim import stage_gradients
 
         cuda = self.device.type == "cuda"
         if self.stage is not None:
@@ -286,10 +286,7 @@ class Stepper:
         batch = {k: (v.pin_memory() if cuda else v).to(self.device, non_blocking=True) for k, v in batch.items()}
         self.sync()
         t1 = time.perf_counter()
-        trained = [p for g in self.optimizer.param_groups for p in g["params"]]
-        # as the loop: stage 1 computes the gradients it steps and clips only
-        with gradients_only_for([*self.clipped(), *trained], list(self.objective.parameters())) \
-                if self.stage == 1 else contextlib.nullcontext():
+        with stage_gradients(self.objective, self.stage, list(self.objective.parameters())):  # as the loop
             with self.autocast():
                 loss = self.objective(batch)["loss"]
             (self.scaler.scale(loss) if self.scaler else loss).backward()

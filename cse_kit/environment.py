@@ -79,6 +79,13 @@ def source_digest(parts=(".",), leave_out=()) -> str:
     return digest.hexdigest()[:16]
 
 
+def threads_per_worker(workers: int) -> int:
+    """torch threads for each of `workers` processes sharing this machine's cores: with more threads than cores, an
+    element-wise kernel waits for the scheduler to run its last thread (a bf16 cast of one activation 8 ms beside
+    another 2-thread job, 0.24 ms alone on one thread, on a 2-core CPU: issue 45)."""
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
 def keep_freed_memory() -> bool:
     """Tell glibc's malloc to keep freed memory in the process instead of returning it to the OS.
 

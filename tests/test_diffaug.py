@@ -83,17 +83,17 @@ def test_stage_one_skips_the_encoders_weight_gradients_and_ends_bit_identical(da
     them (and drops them) ends; the official variant, which clips over every gradient, still computes them."""
     import contextlib
 
-    from cse_kit.train import loop
+    from cse_kit.train import optim
 
     seen = []
-    real = loop.gradients_only_for
+    real = optim.gradients_only_for
 
     def recording(needed, trained):
         seen.append(sum(p.numel() for p in trained) - sum(p.numel() for p in {id(p): p for p in needed}.values()))
         return real(needed, trained)
 
     def run(name, skip, preset="diffaug-semi-bert"):
-        monkeypatch.setattr(loop, "gradients_only_for", recording if skip else lambda *a: contextlib.nullcontext())
+        monkeypatch.setattr(optim, "gradients_only_for", recording if skip else lambda *a: contextlib.nullcontext())
         train(build_config(preset, "smoke", {"output_dir": str(tmp_path / name), "data_dir": str(data_dir),
                                              "max_steps": 2}), progress=False)
         model = tmp_path / name / "model"

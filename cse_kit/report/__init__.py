@@ -23,7 +23,7 @@ from traitlets.config import Config
 
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
-from ..environment import source_digest
+from ..environment import source_digest, threads_per_worker
 from ..experiments import TABLE_MIMETYPE, resolve_profile
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
@@ -502,7 +502,7 @@ def execute_all(names: list[str], params: dict, executed_dir: Path, force: bool 
     finished, started = {}, 0
     order = longest_first(names, params["profile"])
     with context.Manager() as manager, ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
-                                                           initargs=(max(1, (os.cpu_count() or 1) // jobs),)) as pool:
+                                                           initargs=(threads_per_worker(jobs),)) as pool:
         lines = manager.Queue()
         pending = {pool.submit(_execute_in_worker, name, params, executed_dir, force, lines) for name in order}
         log(f"{total} notebook(s), {min(jobs, total)} at once")

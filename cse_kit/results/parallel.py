@@ -37,6 +37,7 @@ from pathlib import Path
 from filelock import Timeout
 from submitit.helpers import Checkpointable
 
+from ..environment import threads_per_worker
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
 from ..train.preemption import Preemption
@@ -217,15 +218,13 @@ def job_resources(tasks: list[Task]) -> dict:
 
 
 def worker_threads(workers: int, cluster: str) -> int | None:
-    """torch threads per local CPU worker: the cores shared out. torch would give each worker every core, and an
-    element-wise kernel whose threads outnumber the free cores waits for the scheduler to run its last thread: on
-    this 2-core machine, a bf16 cast of one activation took 8 ms beside another 2-thread job, 0.24 ms alone on one
-    thread (issue 45). None on SLURM (each job has its own CPUs) and on GPUs (one worker per GPU)."""
+    """torch threads per local CPU worker: the cores shared out (threads_per_worker; torch would give each worker
+    every core). None on SLURM (each job has its own CPUs) and on GPUs (one worker per GPU)."""
     import torch
 
     if cluster != "local" or torch.cuda.is_available():
         return None
-    return max(1, (os.cpu_count() or 1) // workers)
+    return threads_per_worker(workers)
 
 
 def _executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:

@@ -40,7 +40,7 @@ from .config import NOT_TRAINING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
-from .optim import build_optimizer, fused_update, gradients_only_for, set_weight_decay
+from .optim import build_optimizer, fused_update, set_weight_decay, stage_gradients
 from .precision import build_accelerator
 from .preemption import StopVote
 from .presets import official_run, precision_words
@@ -456,10 +456,7 @@ class _Training:
         if self.first_stage:
             self.unwrapped.stage = stage
         micro_batches = 1 if stage == 1 else self.cfg.gradient_accumulation
-        clipped = self.unwrapped.clipped_parameters() if self.first_stage else self.params
-        # stage 1 computes the gradients it steps and clips only (the paper's DiffAug: its prefixes and classifier)
-        needed = [*clipped, *self.unwrapped.stage1_parameters()] if stage == 1 else None
-        with gradients_only_for(needed, self.params) if stage == 1 else contextlib.nullcontext():
+        with stage_gradients(self.unwrapped, stage, self.params):
             for micro in range(micro_batches):
                 out = self.forward(stage, micro)
                 loss = out["loss"] / micro_batches
@@ -467,7 +464,8 @@ class _Training:
                                             self.state["step"] + 1)
                 self.accelerator.backward(loss)
         if self.cfg.max_grad_norm:
-            self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer, clipped,
+            self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
+                                            self.unwrapped.clipped_parameters() if self.first_stage else self.params,
                                             self.cfg.max_grad_norm)
         self.optimizers[current].step()
         self.schedulers[current].step()

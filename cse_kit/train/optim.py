@@ -114,11 +114,20 @@ def gradients_only_for(needed, trained):
             p.requires_grad_(True)
 
 
+def stage_gradients(objective, stage: int, trained):
+    """What a step of `stage` computes gradients for: stage 1 of a two-stage objective only the parameters it steps
+    and clips (gradients_only_for: the paper's DiffAug, its prefixes and classifier), any other step all of
+    `trained`."""
+    if stage != 1:
+        return contextlib.nullcontext()
+    return gradients_only_for([*objective.clipped_parameters(), *objective.stage1_parameters()], trained)
+
+
 def fused_update(device_type: str, precision: str) -> bool:
-    """Whether torch-adamw updates every parameter in one fused kernel: on CUDA, and for a bf16 run on a CPU (3.2x
-    faster than _foreach there at BERT-base's shapes: bench/adamw_step.py). An fp32 run on a CPU keeps _foreach,
-    bit-identical to torch's default per-parameter loop and so to the kit's earlier fp32 numbers; the fused kernel
-    rounds otherwise (3e-8 apart after six steps), which is nothing beside bf16's own rounding. Both are
+    """Whether torch-adamw updates every parameter in one fused kernel: on CUDA, and for a bf16 run on a CPU (5.8x
+    faster than _foreach there at BERT-base's shapes, idle: bench/adamw_step.py). An fp32 run on a CPU keeps
+    _foreach, bit-identical to torch's default per-parameter loop and so to the kit's earlier fp32 numbers; the fused
+    kernel rounds otherwise (2.2e-8 apart after six steps), which is nothing beside bf16's own rounding. Both are
     deterministic, so either resumes bit-exactly."""
     return device_type == "cuda" or precision == "bf16"
 
@@ -127,9 +136,9 @@ def build_optimizer(named_parameters, name: str, lr: float, weight_decay: float 
                     fused: bool = False) -> torch.optim.Optimizer:
     """The optimizer `name` over (name, parameter) pairs. torch-adamw: one group, as the kit always built it (fused
     where fused_update says; elsewhere one _foreach kernel per operation, bit-identical to torch's default
-    per-parameter loop on CPU and faster: docs/training.md, "Precision"); the legacy ones: the group their official builder decayed and, where
-    it had one, the group it did not (LEGACY), each group carrying `decay` so that a resumed run with another weight
-    decay sets it on the decayed group only."""
+    per-parameter loop on CPU: docs/training.md, "Precision"); the legacy ones: the group their official builder
+    decayed and, where it had one, the group it did not (LEGACY), each group carrying `decay` so that a resumed run
+    with another weight decay sets it on the decayed group only."""
     check_optimizer(name)
     weight_decay = default_weight_decay(name) if weight_decay is None else weight_decay
     named = list(named_parameters)
