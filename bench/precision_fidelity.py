@@ -38,16 +38,16 @@ def averages(found: dict[str, list[dict]], gold) -> dict[str, dict[int, float]]:
 
 
 def table(rows: list[ex.Row], scores: dict[str, dict[int, float]]) -> list[dict]:
+    """One line per method: each precision's (mean, std) over its seeds, the per-seed differences bf16 - fp32 over
+    the seeds both have, their mean, and the spread it is judged against (the larger std)."""
     lines = []
     for fp32_row, bf16_row in zip(rows[::2], rows[1::2]):
         a, b = scores[fp32_row.label], scores[bf16_row.label]
-        seeds = sorted(set(a) & set(b))
-        spread = max(statistics.stdev(a.values()), statistics.stdev(b.values()))
-        delta = statistics.mean(b[s] - a[s] for s in seeds)
-        lines.append({"run": fp32_row.label.removesuffix(" [fp32]"), "seeds": len(seeds),
-                      "fp32": (statistics.mean(a.values()), statistics.stdev(a.values())),
-                      "bf16": (statistics.mean(b.values()), statistics.stdev(b.values())),
-                      "delta": delta, "per_seed": [b[s] - a[s] for s in seeds], "spread": spread,
+        fp32, bf16 = ((statistics.mean(x.values()), statistics.stdev(x.values())) for x in (a, b))
+        per_seed = [b[s] - a[s] for s in sorted(set(a) & set(b))]
+        delta, spread = statistics.mean(per_seed), max(fp32[1], bf16[1])
+        lines.append({"run": fp32_row.label.removesuffix(" [fp32]"), "seeds": len(per_seed), "fp32": fp32,
+                      "bf16": bf16, "delta": delta, "per_seed": per_seed, "spread": spread,
                       "within": abs(delta) <= spread})
     return lines
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import signal
 import sys
 
@@ -253,15 +254,11 @@ def cmd_report(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.log_with is not None:  # the notebooks' kernels and the workers inherit it, as the results folder
-        import os
-
         from .train.tracking import LOG_WITH_ENV, chosen_trackers
 
         chosen_trackers(args.log_with)  # an unknown name is refused here, not in every notebook
         os.environ[LOG_WITH_ENV] = args.log_with
     if args.amp:  # the notebooks' kernels inherit it, as the trackers
-        import os
-
         from .results import EVAL_AMP_ENV
 
         os.environ[EVAL_AMP_ENV] = "1"
@@ -271,8 +268,6 @@ def cmd_report(args) -> int:
     store = ResultStore(args.results_dir, args.data_dir)
     store.check_readable()  # a record replaced by something else stops the report here, not in a notebook
     if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
-        import os
-
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         jobs_dir(store.root)  # as is a jobs folder others could write into
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster

@@ -168,8 +168,9 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     workers, cluster = parallel.settings()
     check(not (force and parallel.uses_workers(workers, cluster)),
           f"force=True recomputes every run in this kernel, one at a time, never in workers, yet "
-          f"{parallel.WORKERS_ENV}/{parallel.CLUSTER_ENV} ask for workers: unset them to recompute here, or delete the records to recompute "
-          "(<results_dir>/records/<key>.json) and run without force to have workers compute them")
+          f"{parallel.WORKERS_ENV}/{parallel.CLUSTER_ENV} ask for workers: unset them to recompute here, or delete "
+          "the records to recompute (<results_dir>/records/<key>.json) and run without force to have workers "
+          "compute them")
     store = ResultStore(results_dir or None, data_dir or None, force=force, notify=progress, status=terminal_progress,
                         cuda=parallel.jobs_get_gpus(profile, cluster))
     out = Setup(profile, seeds, store, workers, cluster)
