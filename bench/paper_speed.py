@@ -35,7 +35,8 @@ gradient, as in the loop: cse_kit.train.optim.stage_gradients). The fraction of 
 the achieved FLOP/s by the device's dense tensor peak for the precision run (PEAK_TFLOPS; `--peak-tflops` for others;
 on CPU the matmul ceiling of the precision's dtype, one 2048³ product measured in the same run).
 `--mixed-precision no,bf16` times each method in each precision, one after the other, and prints the later one's
-speed-up; `--profile` prints torch.profiler's operator table of one more step per method and precision.
+speed-up; `--profile` prints torch.profiler's operator table of one more step per method and precision (a two-stage
+method's stage-1 step too).
 
 Projected wall time of a preset's full run: its steps (epochs x 1,000,000 / batch, + DiffAug's stage-1 steps at their
 own step time) x the step time, + its dev evaluations (every eval_steps steps and at the end) x the dev time, + a
@@ -435,7 +436,11 @@ def measure_method(key: str, args, tokenizer, device, precision: str | None = No
     stage1 = None
     if two_stage and cfg.stage1_steps:
         nli = method_batches(cfg, tokenizer, args, nli=True)
-        stage1 = time_steps(Stepper(objective, cfg, device, stage=1), nli, args.steps, args.warmup)
+        first = Stepper(objective, cfg, device, stage=1)
+        stage1 = time_steps(first, nli, args.steps, args.warmup)
+        if args.profile:
+            label = f"{NAMES[key]} stage-1 {_precision_name(first.precision)}"
+            profile_step(first, nli, args.warmup + args.steps, label)
         objective.stage = 2
     dev = time_dev(objective, cfg, tokenizer, device, args)
     checkpoint_s = time_checkpoint(objective, stepper.optimizer, device, args.checkpoint_dir)

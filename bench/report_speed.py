@@ -9,6 +9,9 @@ report measured end to end).
   python bench/report_speed.py --logs LOG [LOG ...]
       # the same table from saved consoles of `cse-kit report` (a report run in parts, one log a part): each
       # notebook's last outcome, and their sum
+  python bench/report_speed.py --records RESULTS_DIR
+      # where a report's time went, from its results store's records (also printed after a run): training steps,
+      # the dev evaluations inside training, and each evaluation the store ran, summed over the runs
   ... --record
       # also write each notebook's seconds (those it ran, not reused) into notebooks/seconds.json under the profile:
       # the report starts the longest notebooks first (cse_kit.report.longest_first)
@@ -59,6 +62,21 @@ def print_table(found: dict[str, tuple[str, int]]) -> None:
           + (f"; FAILED: {', '.join(failed)}" if failed else "; none failed"))
 
 
+def time_by_part(results_dir: Path) -> None:
+    """The seconds every record of a results store spent in each part (its `timings`), summed, largest first."""
+    from cse_kit.results import read_record
+
+    parts, counts = {}, {}
+    for path in sorted((results_dir / "records").glob("*.json")):
+        for part, seconds in read_record(path)["timings"].items():
+            parts[part] = parts.get(part, 0.0) + seconds
+            counts[part] = counts.get(part, 0) + 1
+    print(f"where the time went, from the records in {results_dir}:")
+    for part, seconds in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"  {part:<28}  {seconds:>8,.0f} s  in {counts[part]} records")
+    print(f"  {'sum':<28}  {sum(parts.values()):>8,.0f} s")
+
+
 def record(found: dict[str, tuple[str, int]], profile: str) -> None:
     """found's measured seconds into NOTEBOOK_SECONDS under profile (the others kept)."""
     from cse_kit.io import write_json_atomic
@@ -95,6 +113,7 @@ def run_report(args) -> None:
     print_table(found)
     if args.record:
         record(found, args.profile)
+    time_by_part(folder / "results")
     print(f"wall {minutes(wall)} ({wall:.0f} s), CPU {children.ru_utime + children.ru_stime:,.0f} s "
           f"(user {children.ru_utime:,.0f} s, system {children.ru_stime:,.0f} s)")
     if args.profile == "smoke" and not (args.paper or args.only):
@@ -113,8 +132,11 @@ def main(argv=None) -> None:
     p.add_argument("--record", action="store_true",
                    help="write the notebooks' seconds into notebooks/seconds.json (the report's start order)")
     p.add_argument("--logs", nargs="+", help="print the table of these saved report consoles; run nothing")
+    p.add_argument("--records", type=Path, help="print where this results store's time went; run nothing")
     args = p.parse_args(argv)
-    if args.logs:
+    if args.records:
+        time_by_part(args.records)
+    elif args.logs:
         found = {}
         for log in args.logs:
             found.update(outcomes(Path(log).read_text().splitlines()))
