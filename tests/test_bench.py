@@ -111,6 +111,16 @@ def test_train_speed_every_method(data_dir, tmp_path, shape):
 
 
 @pytest.mark.slow
+def test_train_speed_profiles_both_of_diffaugs_stages(data_dir):
+    """`--profile` prints an operator table for the main step and, for a two-stage method, for its stage-1 step."""
+    stdout = run_bench("train_speed.py", "--shape", "bert-base", "--device", "cpu", "--methods", "diffaug", "--steps",
+                       "1", "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8", "--profile", data_dir=data_dir)
+    for step in ("DiffAug", "DiffAug stage-1"):
+        assert re.search(rf"^profile of one {step} (fp32|bf16) step: matrix operators \d+% of", stdout, re.M), stdout
+    assert stdout.count("aten::mm") >= 2
+
+
+@pytest.mark.slow
 def test_train_speed_compile_payoff(data_dir):
     stdout = run_bench("train_speed.py", "--shape", "bert-base", "--device", "cpu", "--methods", "simcse", "--steps",
                        "2", "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8", "--compile", "--tf32",
@@ -240,6 +250,23 @@ def test_report_speed_times_a_report_and_sums_saved_consoles(data_dir, tmp_path)
     summed = subprocess.run([sys.executable, str(BENCH / "report_speed.py"), "--logs", *map(str, parts)],
                             capture_output=True, text=True, check=True).stdout
     assert "2 notebooks, sum of their times 22 min 57 s; none failed" in summed, summed  # the rerun's outcome counts
+
+
+def test_report_speed_sums_where_a_stores_time_went(tmp_path, capsys):
+    """`--records` sums each timing part over a results store's records, largest first, with how many hold it."""
+    import report_speed
+
+    (tmp_path / "records").mkdir()
+    timings = [{"train_train_s": 10.0, "train_eval_s": 4.0, "eval_sts_test_s": 50.5},
+               {"train_train_s": 12.0, "train_eval_s": 3.0}, {"eval_sts_test_s": 40.0, "eval_transfer_test_s": 200.0}]
+    for i, parts in enumerate(timings):
+        (tmp_path / "records" / f"k{i}.json").write_text(json.dumps({"key": f"k{i}", "timings": parts}))
+    report_speed.main(["--records", str(tmp_path)])
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert lines == [["eval_transfer_test_s", "200", "s", "in", "1", "records"],
+                     ["eval_sts_test_s", "90", "s", "in", "2", "records"],
+                     ["train_train_s", "22", "s", "in", "2", "records"],
+                     ["train_eval_s", "7", "s", "in", "2", "records"], ["sum", "320", "s"]]
 
 
 def test_report_speed_records_the_seconds_the_report_starts_longest_first_by(tmp_path, monkeypatch, capsys):
