@@ -1,7 +1,7 @@
 """The report's wall time and CPU-seconds (issue 23: the smoke report of all four papers within 10 minutes; the cpu
 report measured end to end).
 
-  python bench/report_speed.py [--profile smoke] [--paper P ...] [--only NOTEBOOK ...] [--jobs N]
+  python bench/report_speed.py [--profile smoke] [--paper P ...] [--only NOTEBOOK ...] [--jobs N] [--amp]
                                [--data-dir data] [--keep DIR]
       # `cse-kit report` into an empty results store and report folder (temporary, or DIR, where a second call
       # resumes), its console streamed; then the wall time, the CPU-seconds of the report and everything it started
@@ -99,6 +99,8 @@ def run_report(args) -> None:
             command += [flag, *values]
     if args.jobs:
         command += ["--jobs", str(args.jobs)]
+    if args.amp:
+        command.append("--amp")
     print(" ".join(command), flush=True)
     start = time.perf_counter()
     lines = []
@@ -127,6 +129,7 @@ def main(argv=None) -> None:
     p.add_argument("--paper", nargs="+", help="these papers only (cse-kit report --paper)")
     p.add_argument("--only", nargs="+", help="these notebooks only (cse-kit report --only)")
     p.add_argument("--jobs", type=int, help="notebooks at once (default: the report's)")
+    p.add_argument("--amp", action="store_true", help="evaluate under AMP (cse-kit report --amp)")
     p.add_argument("--data-dir", default="data", help="the data directory (default data/)")
     p.add_argument("--keep", help="results store and report under this folder, kept (a second call resumes)")
     p.add_argument("--record", action="store_true",
