@@ -252,6 +252,30 @@ def test_report_speed_times_a_report_and_sums_saved_consoles(data_dir, tmp_path)
     assert "2 notebooks, sum of their times 22 min 57 s; none failed" in summed, summed  # the rerun's outcome counts
 
 
+def test_report_speed_passes_amp_and_its_choices_to_the_report(tmp_path, monkeypatch, capsys):
+    """The benchmark runs `cse-kit report` with the options it was given (`--amp`: evaluation under AMP), into DIR."""
+    import report_speed
+
+    commands = []
+
+    class Report:
+        def __init__(self, command, **kwargs):
+            commands.append(command)
+            self.stdout, self.returncode = iter(["[1 of 1 finished] table5_batchnorm: ok (569 s)\n"]), 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(report_speed.subprocess, "Popen", Report)
+    report_speed.main(["--profile", "cpu", "--only", "table5_batchnorm", "--amp", "--keep", str(tmp_path)])
+    assert commands[0][commands[0].index("--only"):] == ["--only", "table5_batchnorm", "--amp"]
+    assert commands[0][commands[0].index("--results-dir") + 1] == str(tmp_path / "results")
+    assert re.search(r"^  table5_batchnorm\s+ok\s+569 s$", capsys.readouterr().out, re.M)
+
+
 def test_report_speed_sums_where_a_stores_time_went(tmp_path, capsys):
     """`--records` sums each timing part over a results store's records, largest first, with how many hold it."""
     import report_speed
