@@ -66,6 +66,9 @@ def time_by_part(results_dir: Path) -> None:
     """The seconds every record of a results store spent in each part (its `timings`), summed, largest first."""
     from cse_kit.results import read_record
 
+    if not (results_dir / "records").is_dir():
+        raise SystemExit(f"{results_dir} holds no records/ folder: pass a results store (for a `--keep DIR` run, "
+                         f"DIR/results)")
     parts, counts = {}, {}
     for path in sorted((results_dir / "records").glob("*.json")):
         for part, seconds in read_record(path)["timings"].items():
@@ -115,7 +118,8 @@ def run_report(args) -> None:
     print_table(found)
     if args.record:
         record(found, args.profile)
-    time_by_part(folder / "results")
+    if (folder / "results" / "records").is_dir():  # not where the report stopped before its first run
+        time_by_part(folder / "results")
     print(f"wall {minutes(wall)} ({wall:.0f} s), CPU {children.ru_utime + children.ru_stime:,.0f} s "
           f"(user {children.ru_utime:,.0f} s, system {children.ru_stime:,.0f} s)")
     if args.profile == "smoke" and not (args.paper or args.only):

@@ -291,6 +291,8 @@ def test_report_speed_sums_where_a_stores_time_went(tmp_path, capsys):
                      ["eval_sts_test_s", "90", "s", "in", "2", "records"],
                      ["train_train_s", "22", "s", "in", "2", "records"],
                      ["train_eval_s", "7", "s", "in", "2", "records"], ["sum", "320", "s"]]
+    with pytest.raises(SystemExit, match="for a `--keep DIR` run, DIR/results"):
+        report_speed.main(["--records", str(tmp_path / "records")])  # a folder that is not a store
 
 
 def test_report_speed_records_the_seconds_the_report_starts_longest_first_by(tmp_path, monkeypatch, capsys):
