@@ -408,10 +408,12 @@ def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook
         page.locator(".jp-DirListing-itemText", has_text=re.compile(r"^table8_lambda\.py$")).click(button="right")
         page.locator(".lm-Menu-item", has_text="Open With").hover()
         page.get_by_role("menuitem", name="Jupytext Notebook").click()
+        # the .py itself, not its .ipynb twin, becomes the current tab; wait for it: until it opens, the .ipynb's
+        # panel is the visible one (a label read at once saw ['', 'table8_lambda.ipynb'] in a loaded full run)
+        current = page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
+        expect(current.filter(has_text=re.compile(r"^table8_lambda\.py$"))).to_have_count(1, timeout=60_000)
         twin = page.locator(".jp-NotebookPanel:visible")
         twin.locator(".jp-CodeCell", has_text="lam: float").wait_for()
-        current = page.locator(".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").all_inner_texts()
-        assert "table8_lambda.py" in current, current  # the .py itself, not its .ipynb twin
         # JupyterLab renders a long notebook's cells a few at a time: wait for all of them, do not count once
         expect(twin.locator(".jp-Cell")).to_have_count(len(jupytext.read(NOTEBOOKS / "table8_lambda.py").cells),
                                                       timeout=60_000)
