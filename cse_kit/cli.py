@@ -238,6 +238,28 @@ def cmd_export_st(args) -> int:
     return 0
 
 
+def cmd_publish(args) -> int:
+    """The published folder of a run (cse_kit.papers.publish), and with --push its upload to the Hub."""
+    from .papers.publish import PublishError, publish, push
+
+    if args.push and not args.repo_id:
+        raise PublishError("--push needs --repo-id ORG/NAME, the Hub repository to upload to")
+    done = publish(args.run, args.out, results_dir=args.results_dir, repo_id=args.repo_id, license=args.license,
+                   st=not args.no_st)
+    print(f"wrote {done.folder}: a {done.kind} model, its card README.md"
+          + (f", MTEB results in {done.mteb}" if done.mteb else ""))
+    if args.push:
+        try:
+            url = push(done.folder, args.repo_id, private=args.private)
+        except PublishError as err:
+            print(f"cse-kit: not published: {err}", file=sys.stderr)
+            return 2
+        print(f"published {args.repo_id}{' (private)' if args.private else ''}: {url}")
+    elif args.repo_id:
+        print(f"push it: cse-kit publish {args.run} --out {args.out} --repo-id {args.repo_id} --push")
+    return 0
+
+
 def cmd_report(args) -> int:
     import time
 
@@ -401,6 +423,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output")
     p.add_argument("--pooler", help="default: from the model's cse_kit.json")
     p.set_defaults(func=cmd_export_st)
+
+    p = sub.add_parser("publish", help="a trained run as a folder to share: the model (sentence-transformers where it "
+                                       "can be), its model card from the run's record, MTEB's results layout; "
+                                       "--push uploads it to the Hugging Face Hub")
+    p.add_argument("run", metavar="MODEL_OR_RUN",
+                   help="a results store's record key (a notebook's table has one per run), its runs/<key> folder or "
+                        "model, or a `cse-kit train` run folder")
+    p.add_argument("--out", required=True, help="the folder to write (replaced whole)")
+    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
+    p.add_argument("--repo-id", metavar="ORG/NAME", help="the Hub repository it goes to (named in the card)")
+    p.add_argument("--push", action="store_true", help="upload the folder to --repo-id (created if missing) in one "
+                                                       "commit; needs a token (`hf auth login` or HF_TOKEN)")
+    p.add_argument("--private", action="store_true", help="create the repository private")
+    p.add_argument("--license", help="the model's licence (a Hub licence id); default: the base model's")
+    p.add_argument("--no-st", action="store_true",
+                   help="keep the kit's export (loaded with cse-kit) even where a sentence-transformers model is "
+                        "possible")
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("report", help="execute (or reuse) every table notebook and build reports/index.html")
     p.add_argument("--profile", default="auto", help="paper, cpu or smoke; auto: paper with a CUDA GPU, else cpu")
