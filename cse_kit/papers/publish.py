@@ -353,6 +353,7 @@ def write_mteb_results(run: Run, folder: Path, repo_id: str | None) -> Path:
     """<folder>/<org>__<name>/<revision>/model_meta.json and <Task>.json (mteb's TaskResult as it saved it), as
     MTEB's results repository holds them: a pull request there copies the folder under results/."""
     from mteb.models import ModelMeta
+    from mteb.models.model_meta import ScoringFunction
 
     name = model_name(run, repo_id)
     meta = read_metadata(run.model_dir) or {}
@@ -361,7 +362,7 @@ def write_mteb_results(run: Run, folder: Path, repo_id: str | None) -> Path:
         "name": name, "revision": mteb_revision(run), "release_date": run.record.get("created", "")[:10] or None,
         "languages": ["eng-Latn"], "embed_dim": _embed_dim(run.model_dir), "license": base[1],
         "open_weights": True, "framework": ["PyTorch", "Sentence Transformers"] if meta.get("pooler") in ST_POOLING
-        else ["PyTorch"], "similarity_fn_name": "cosine", "use_instructions": False, "adapted_from": base[0],
+        else ["PyTorch"], "similarity_fn_name": ScoringFunction.COSINE, "use_instructions": False, "adapted_from": base[0],
         "reference": f"https://huggingface.co/{repo_id}" if repo_id else None,
         "public_training_code": "https://github.com/voidism/DiffCSE" if run.method == "diffcse" else None,
         "citation": citations()[METHOD_PAPERS[run.method][0]]["bibtex"], "training_datasets": set(),
@@ -825,7 +826,7 @@ def push(folder, repo_id: str, *, private: bool = False) -> str:
     api = HfApi(endpoint=constants.ENDPOINT, token=token)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     try:
-        api.create_repo(repo_id, private=private, exist_ok=True)
+        api.create_repo(repo_id, private=private or None, exist_ok=True)  # else the namespace's default
         info = api.create_commit(repo_id, [CommitOperationAdd(path_in_repo=p.relative_to(folder).as_posix(),
                                                               path_or_fileobj=str(p)) for p in files],
                                  commit_message=f"cse-kit publish: {folder.name}",
