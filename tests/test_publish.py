@@ -168,6 +168,24 @@ def test_a_run_trained_outside_a_store_is_published_with_its_dev_score(data_dir,
     assert "no test evaluation" in card.content and out.kind == "sentence-transformers"
 
 
+def test_a_notebook_publishes_a_table_rows_run_and_lists_the_command_of_each(store, data_dir, tmp_path):
+    from cse_kit import experiments as ex
+    from cse_kit.papers import diffcse
+
+    s, records = store
+    setup = ex.setup("smoke", [1, 2], str(data_dir), str(s.root))
+    long = ex.run_rows(diffcse.table1_rows(["bert"], "smoke"), setup, ("sts_test",), ex.sts_test_columns)
+    lines = pub.commands(long, setup, out="shared")
+    assert [line for line in lines if line.startswith("DiffCSE")] == [
+        f"DiffCSE-BERT-base, seed {seed}: cse-kit publish {r['key']} --results-dir {s.root} --out "
+        f"shared/diffcse-bert-base-seed{seed}" for seed, r in ((1, records["diffcse"]), (2, records["diffcse2"]))]
+    assert len(lines) == 4 and "--out shared/simcse-bert-base-reproduce-seed1" in lines[0]  # SimCSE trained here
+    done = pub.row(long, "DiffCSE-BERT-base", setup, tmp_path / "row", seed=2)
+    assert records["diffcse2"]["key"] in done.card and done.kind == "sentence-transformers"
+    with pytest.raises(pub.PublishError, match="no finished run of row 'DiffCSE'"):
+        pub.row(long, "DiffCSE", setup, tmp_path / "none")
+
+
 def test_what_cannot_be_published_is_refused_in_one_line(store, tmp_path, capsys):
     s, records = store
     for argv, words in (
