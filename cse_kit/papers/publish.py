@@ -685,12 +685,14 @@ def _results(run: Run, paper: str):
     if mteb:
         yield "**MTEB** (main score ×100, mteb's own evaluation " + f"{next(iter(mteb.values()))['mteb_version']}):"
         yield ""
-        yield "| task | main score | this model | over seeds |"
-        yield "|---|---|---|---|"
+        several = len(run.seeds) > 1
+        yield "| task | main score | this model |" + (" over seeds |" if several else "")
+        yield "|---|---|---|" + ("---|" if several else "")
         for task, result in mteb.items():
             values = [100 * r["metrics"]["mteb"][task]["main_score"] for r in run.seeds
                       if task in r["metrics"].get("mteb", {})]
-            yield f"| {task} | {result['main_score_name']} | {100 * result['main_score']:.2f} | {_mean_std(values)} |"
+            yield (f"| {task} | {result['main_score_name']} | {100 * result['main_score']:.2f} |"
+                   + (f" {_mean_std(values)} |" if several else ""))
         yield ""
     dev = record["train"]
     yield (f"The checkpoint is the one with the best {dev['metric']} on the dev set during training: "
