@@ -5,6 +5,8 @@
                               [--glibc-default] [--mixed-precision no,bf16]
   python bench/train_speed.py --shape bert-base|roberta-base [--device cuda|cpu] ...   (issue 26: every method at
                               the papers' shape, built from configs; see bench/paper_speed.py)
+  python bench/train_speed.py --grad-cache N [--methods ...] [--batches 64,128,512]   (issue 58: gradient caching's
+                              peak memory and step time; see bench/grad_cache_speed.py)
 
 SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
 3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
@@ -232,7 +234,16 @@ def main():
     import paper_speed
 
     paper_speed.add_arguments(p)
+    g = p.add_argument_group("gradient caching (issue 58): --grad-cache N (bench/grad_cache_speed.py)")
+    g.add_argument("--grad-cache", type=int, help="peak memory and step time at the papers' shape, plain and in "
+                                                  "chunks of N rows, at each of --batches")
+    g.add_argument("--batches", help="comma-separated batch sizes (default 64,128,512)")
+    g.add_argument("--one", help=argparse.SUPPRESS)  # method,batch,chunk: one measurement in this process
     args = p.parse_args()
+    if args.grad_cache:
+        import grad_cache_speed
+
+        return grad_cache_speed.main(args)
     if args.shape:
         return paper_speed.main(args)
     args.batch_size = args.batch_size or 64

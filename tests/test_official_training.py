@@ -20,6 +20,8 @@ import torch.nn.functional as F
 
 from cse_kit.eval.encode import pad_ids
 from cse_kit.methods.diffaug import DiffAug
+from cse_kit.methods.grad_cache import backward_with, cached_step
+from cse_kit.methods.simcse import SimCSE
 from cse_kit.methods.promptbert import PromptBERT
 from cse_kit.models import build_smoke_model
 from cse_kit.eval.prompt import Template
@@ -323,6 +325,33 @@ def test_on_one_process_the_step_is_the_official_runs(official):
         diffaug.official_processes, promptbert.official_processes = 2, 4
     assert (whole_diffaug - want_diffaug).norm() > 0.2 * want_diffaug.norm()
     _close(whole_promptbert / 4, want_promptbert, "PromptBERT: a quarter of the global gradient")
+
+
+def _cached_kit_gradient(model, batch, chunk):
+    """The kit's gradient on one process with gradient caching, `chunk` rows at a time (issue 58)."""
+    model.zero_grad(set_to_none=True)
+    cached_step(model, batch, chunk, backward_with(None))
+    return _grads(model)
+
+
+def test_one_cached_process_steps_as_the_official_multi_process_runs(official):
+    """The papers' batch on one small device: gradient caching on 1 process gives the official N-process update
+    (DiffAug semi-aux on 2, PromptBERT and SimCSE supervised on 4: run_sup_example.sh), in chunks that divide the
+    batch and chunks that do not."""
+    pair, (want_diffaug, want_promptbert) = official
+    (diffaug, semi), (promptbert, sup) = pair
+    tokenizer, encoder = build_smoke_model("smoke-bert", num_hidden_layers=2)
+    rerandomize(encoder, 3, 0.25)
+    simcse = SimCSE(encoder.double(), temp=TEMP, official_processes=4).double().eval()
+    rerandomize(simcse.projector, 30, 0.4)
+    columns = [tokenizer(list(c), padding="max_length", max_length=16, return_tensors="pt") for c in zip(*NLI)]
+    triplets = {k: torch.stack([c[k] for c in columns], 1) for k in ("input_ids", "attention_mask")}
+    want_simcse = _official_gradient(simcse, triplets, 4, lambda b: simcse.projector(simcse.pool_views(b))
+                                     .view(len(b["input_ids"]), 3, -1))
+    for chunk in (2, 3):
+        _close(_cached_kit_gradient(diffaug, semi, chunk), want_diffaug, f"DiffAug semi-aux, chunks of {chunk}")
+        _close(_cached_kit_gradient(promptbert, sup, chunk), want_promptbert, f"PromptBERT sup, chunks of {chunk}")
+        _close(_cached_kit_gradient(simcse, triplets, chunk), want_simcse, f"SimCSE sup, chunks of {chunk}")
 
 
 @pytest.mark.slow  # two spawned gloo processes importing the kit: 53 CPU-seconds

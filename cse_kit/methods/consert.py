@@ -309,17 +309,30 @@ class ConSERT(nn.Module):
         return View(plain.input_ids, plain.attention_mask, plain.pool_mask,
                     embeddings=embeddings + self.noise_norm * noise)
 
-    def forward(self, batch: dict) -> dict:
+    def sentences(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, mask) of the sentences the views are made of: the corpus sentence (unsupervised: both columns hold
+        it) or every sentence of the triplets, flattened."""
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        rows, views = ids.shape[:2]
+        views = ids.shape[1]
         if views != (2 if self.supervision == "none" else 3):
             raise ValueError(f"ConSERT with supervision {self.supervision!r} needs "
                              + ("2 views of a corpus sentence" if self.supervision == "none" else
                                 "NLI triplets (anchor, entailment, contradiction)") + f"; got {views} views")
-        if self.supervision == "none":  # both columns hold the sentence: the augmentations make the views
-            ids, mask = ids[:, 0], mask[:, 0]
-        else:
-            ids, mask = ids.flatten(0, 1), mask.flatten(0, 1)
+        if self.supervision == "none":
+            return ids[:, 0], mask[:, 0]
+        return ids.flatten(0, 1), mask.flatten(0, 1)
+
+    def contrastive_terms(self, z: list[torch.Tensor], rows: int) -> torch.Tensor:
+        """NT-Xent of the two views: of the sentences, or the official loss_a + loss_b of the triplets (the
+        anchors' side and the hypotheses' side)."""
+        if self.supervision == "none":
+            return self.nt_xent(*z)
+        z1, z2 = (v.view(rows, 3, -1) for v in z)
+        return self.nt_xent(z1[:, 0], z2[:, 0]) + self.nt_xent(z1[:, 1:].flatten(0, 1), z2[:, 1:].flatten(0, 1))
+
+    def forward(self, batch: dict) -> dict:
+        ids, mask = self.sentences(batch)
+        rows = batch["input_ids"].shape[0]
         out = {}
         if self.supervision != "none":
             plain = View(ids, mask, mask)
@@ -337,12 +350,49 @@ class ConSERT(nn.Module):
                 z.append(self.encode(self.adversarial_view(plain, kept[0], loss)))
             else:
                 z.append(self.encode(self.draw_view(kind, rate, ids, mask)))
-        if self.supervision == "none":
-            contrastive = self.nt_xent(*z)
-            loss = contrastive * (self.cl_rate if self.unsup_scale == "scaled" else 1.0)
-        else:  # the official loss_a + loss_b: the anchors' side and the hypotheses' side
-            z1, z2 = (v.view(rows, 3, -1) for v in z)
-            contrastive = self.nt_xent(z1[:, 0], z2[:, 0]) + self.nt_xent(z1[:, 1:].flatten(0, 1),
-                                                                          z2[:, 1:].flatten(0, 1))
-            loss = loss + self.cl_rate * contrastive
+        contrastive = self.contrastive_terms(z, rows)
+        loss = self.total_loss(contrastive, loss if self.supervision != "none" else None)
         return {"loss": loss, "contrastive": contrastive.detach(), **out}
+
+    def total_loss(self, contrastive: torch.Tensor, softmax: torch.Tensor | None) -> torch.Tensor:
+        if softmax is None:
+            return contrastive * (self.cl_rate if self.unsup_scale == "scaled" else 1.0)
+        return softmax + self.cl_rate * contrastive
+
+    # --- gradient caching (cse_kit.methods.grad_cache): every view's augmentation drawn for the whole batch, the
+    # views encoded chunk by chunk (the sentences of the triplets flattened), NT-Xent and the classifier on the
+    # whole batch ---
+
+    def cache_refusal(self) -> str | None:
+        if any(kind == "adversarial" for kind, _ in self.augmentations):
+            return ("ConSERT's adversarial view follows the whole batch's cross-entropy gradient on the embeddings, "
+                    "which a chunk does not have")
+        return None
+
+    def cache_inputs(self, batch: dict) -> dict:
+        ids, mask = self.sentences(batch)
+        views = [] if self.supervision == "none" else [View(ids, mask, mask)]  # the plain pass the classifier reads
+        if self.supervision != "sbert":
+            views += [None if kind == "none" and views else self.draw_view(kind, rate, ids, mask)
+                      for kind, rate in self.augmentations]
+        return {"main": views}
+
+    def cache_encode(self, stream: str, inputs: list) -> torch.Tensor:
+        """(rows, views, hidden); a view without augmentation under supervision is the plain pass itself."""
+        z = []
+        for view in inputs:
+            z.append(z[0] if view is None else self.encode(view))
+        return torch.stack(z, 1)
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        z = reps["main"]
+        out, softmax = {}, None
+        if self.supervision != "none":
+            softmax = self.nli_loss(z[:, 0].view(-1, 3, z.shape[-1]))
+            out["softmax"] = softmax.detach()
+            if self.supervision == "sbert":
+                return softmax, {"loss": softmax, **out}
+            z = z[:, 1:]
+        contrastive = self.contrastive_terms(list(z.unbind(1)), len(z) // (1 if self.supervision == "none" else 3))
+        loss = self.total_loss(contrastive, softmax)
+        return loss, {"loss": loss, "contrastive": contrastive.detach(), **out}

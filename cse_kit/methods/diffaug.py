@@ -219,29 +219,58 @@ class DiffAug(nn.Module):
         return nli_cross_entropy(self.classifier, self.mlp(views))
 
     def contrastive_loss(self, batch: dict) -> torch.Tensor:
-        pooled = self.encode(batch["input_ids"], batch["attention_mask"])
+        return self.views_loss(self.encode(batch["input_ids"], batch["attention_mask"]), batch["attention_mask"])
+
+    def views_loss(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """InfoNCE of the views' [MASK] states, denoised and through the MLP."""
         if self.denoise:
-            pooled = self.denoised(pooled, batch["attention_mask"])
+            pooled = self.denoised(pooled, attention_mask)
         z = self.mlp(pooled)
         return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if z.shape[1] == 3 else None)
+
+    @staticmethod
+    def check_views(batch: dict) -> None:
+        views = batch["input_ids"].shape[1]
+        if views not in (2, 3):
+            raise ValueError(f"DiffAug's stage 2 needs 2 views (semi-supervised) or 3 (anchor, entailment, "
+                             f"contradiction: supervised); got {views}")
+
+    def stage2_outputs(self, contrastive: torch.Tensor, aux: torch.Tensor | None) -> dict:
+        out = {"contrastive": contrastive.detach()}
+        # the auxiliary cross-entropy is each process's own mean there, which DDP's average leaves whole
+        loss = official_share(contrastive, self.official_processes)
+        if aux is not None:
+            loss = loss + self.aux_weight * aux
+            out["nli"] = aux.detach()
+        return {"loss": loss, **out}
 
     def forward(self, batch: dict) -> dict:
         if self.stage == 1:
             loss = self.stage1_loss(batch)
             return {"loss": loss, "nli": loss.detach()}
-        views = batch["input_ids"].shape[1]
-        if views not in (2, 3):
-            raise ValueError(f"DiffAug's stage 2 needs 2 views (semi-supervised) or 3 (anchor, entailment, "
-                             f"contradiction: supervised); got {views}")
+        self.check_views(batch)
         contrastive = self.contrastive_loss(batch)
-        out = {"contrastive": contrastive.detach()}
-        # the auxiliary cross-entropy is each process's own mean there, which DDP's average leaves whole
-        loss = official_share(contrastive, self.official_processes)
+        return self.stage2_outputs(contrastive, self.stage1_loss(batch) if self.aux_weight else None)
+
+    # --- gradient caching of stage 2 (cse_kit.methods.grad_cache): the views' [MASK] states and the auxiliary
+    # loss's NLI triplets chunk by chunk; the denoising (one pass of the empty template per prefix and length), the
+    # MLP, InfoNCE and the classifier on the whole batch ---
+
+    def cache_inputs(self, batch: dict) -> dict:
+        self.check_views(batch)
+        inputs = {"main": {k: batch[k] for k in ("input_ids", "attention_mask")}}
         if self.aux_weight:
-            aux = self.stage1_loss(batch)
-            loss = loss + self.aux_weight * aux
-            out["nli"] = aux.detach()
-        return {"loss": loss, **out}
+            inputs["nli"] = {"input_ids": batch["nli_input_ids"], "attention_mask": batch["nli_attention_mask"]}
+        return inputs
+
+    def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
+        return self.encode(inputs["input_ids"], inputs["attention_mask"])
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        contrastive = self.views_loss(reps["main"], inputs["main"]["attention_mask"])
+        aux = nli_cross_entropy(self.classifier, self.mlp(reps["nli"])) if self.aux_weight else None
+        out = self.stage2_outputs(contrastive, aux)
+        return out["loss"], out
 
     # --- the model that is evaluated and exported --------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .contrastive import info_nce, init_like_official
+from .grad_cache import chunks
 from .edits import delete_tokens, insert_masks, pad_rows, unpad
 from .masking import mlm_corrupt, special_token_ids
 from .simcse import SimCSE
@@ -307,17 +308,22 @@ class DiffCSE(SimCSE):
             return (per_token * where).sum()
         return per_token[where].mean() if where.any() else per_token.sum() * 0
 
-    def rtd_loss(self, h: torch.Tensor, edited: torch.Tensor, labels: torch.Tensor,
-                 attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replaced-token detection conditioned on h; returns (loss, per-token accuracy on real tokens). The mean
-        covers padding too (official); the sum the real tokens (paper)."""
+    def rtd_tokens(self, h: torch.Tensor, edited: torch.Tensor, labels: torch.Tensor,
+                   attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(per-token cross-entropy, whether each token is detected right, the positions the loss covers: every one
+        for the official mean, the real tokens for the paper's sum) of replaced-token detection conditioned on h."""
         logits = self.rtd_head(self._discriminate(h, edited, attention_mask)).float()
         target = labels.long()
         per_token = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view_as(target)
         real = attention_mask == 1
-        loss = self._reduce(per_token, real if self.rtd_reduction == "sum" else torch.ones_like(real))
-        accuracy = (logits.argmax(-1) == target)[real].float().mean()
-        return loss, accuracy
+        return per_token, logits.argmax(-1) == target, real if self.rtd_reduction == "sum" else torch.ones_like(real)
+
+    def rtd_loss(self, h: torch.Tensor, edited: torch.Tensor, labels: torch.Tensor,
+                 attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replaced-token detection conditioned on h; returns (loss, per-token accuracy on real tokens). The mean
+        covers padding too (official); the sum the real tokens (paper)."""
+        per_token, correct, covered = self.rtd_tokens(h, edited, labels, attention_mask)
+        return self._reduce(per_token, covered), correct[attention_mask == 1].float().mean()
 
     def cmlm_loss(self, h: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -354,22 +360,29 @@ class DiffCSE(SimCSE):
             loss = loss / real.sum()
         return loss, (logits.argmax(-1) == input_ids[masked]).float().mean()
 
-    def _task_rows(self, batch: dict, h: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """(ids, attention mask, h) of the sentences the task works on: the views' own sentences and/or the next
-        sentence of the corpus (the same next sentence for each view), each row with its view's h."""
-        n = batch["input_ids"].shape[0]
+    def _task_h(self, h: torch.Tensor, rows: int) -> torch.Tensor:
+        """The h of each task row: each edited view's own (the first view's alone for edit_views 'first')."""
         views = 2 if self.edit_views == "both" else 1
-        h = h.view(n, -1, h.shape[-1])[:, :views].flatten(0, 1)
+        return h.view(rows, -1, h.shape[-1])[:, :views].flatten(0, 1)
+
+    def _task_sentences(self, batch: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(ids, attention mask) of the sentences the task works on, one row per `_task_h` row: the views' own
+        sentences and/or the next sentence of the corpus (the same next sentence for each view)."""
+        views = 2 if self.edit_views == "both" else 1
         rows = []
         if self.target in ("same", "same+next"):
-            rows.append((batch["input_ids"][:, :views].flatten(0, 1), batch["attention_mask"][:, :views].flatten(0, 1), h))
+            rows.append((batch["input_ids"][:, :views].flatten(0, 1), batch["attention_mask"][:, :views].flatten(0, 1)))
         if self.target in ("next", "same+next"):
             if "next_input_ids" not in batch:
                 raise ValueError("target 'next' needs the next sentence of each sentence: train on an ordered corpus "
                                  "(data=WikiText-103 or Licenses-ordered), whose loader yields (sentence, next) pairs")
-            rows.append(tuple(batch[k].repeat_interleave(views, 0) for k in ("next_input_ids", "next_attention_mask"))
-                        + (h,))
+            rows.append(tuple(batch[k].repeat_interleave(views, 0) for k in ("next_input_ids", "next_attention_mask")))
         return rows
+
+    def _task_rows(self, batch: dict, h: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(ids, attention mask, h) of the sentences the task works on, each row with its view's h."""
+        row_h = self._task_h(h, batch["input_ids"].shape[0])
+        return [(ids, mask, row_h) for ids, mask in self._task_sentences(batch)]
 
     def _conditional_task(self, batch: dict, pooled: torch.Tensor, projected: torch.Tensor) -> dict:
         h = projected if self.condition == "projector" else pooled
@@ -393,6 +406,11 @@ class DiffCSE(SimCSE):
         """Table 15: the first view's edited copy x'' as a third view, encoded like the others; an extra negative
         (in the denominator, as supervised SimCSE's hard negative) or an extra positive (the mean of the InfoNCE
         losses with x'' and with the second view as the positive)."""
+        _, projected = self.encode_views(self._with_edited_view(batch))
+        return self._augmented_loss(projected)
+
+    def _with_edited_view(self, batch: dict) -> dict:
+        """The two views and the first view's edited copy as a third, padded to one width."""
         ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
         edited, _, edited_mask = self.edit(ids, mask)
         edited = edited.masked_fill(edited_mask == 0, self.pad_id)  # encoded as an ordinary sentence
@@ -401,9 +419,10 @@ class DiffCSE(SimCSE):
         def widen(x, value):
             return F.pad(x, (0, length - x.shape[-1]), value=value)
 
-        three = {"input_ids": torch.cat([widen(batch["input_ids"], self.pad_id), widen(edited, self.pad_id)[:, None]], 1),
-                 "attention_mask": torch.cat([widen(batch["attention_mask"], 0), widen(edited_mask, 0)[:, None]], 1)}
-        _, projected = self.encode_views(three)
+        return {"input_ids": torch.cat([widen(batch["input_ids"], self.pad_id), widen(edited, self.pad_id)[:, None]], 1),
+                "attention_mask": torch.cat([widen(batch["attention_mask"], 0), widen(edited_mask, 0)[:, None]], 1)}
+
+    def _augmented_loss(self, projected: torch.Tensor) -> torch.Tensor:
         z = projected.view(-1, 3, projected.shape[-1])
         if self.task == "negative":
             return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2])
@@ -423,6 +442,68 @@ class DiffCSE(SimCSE):
             contrastive = self.contrastive_loss(projected, views)
             loss, out["contrastive"] = loss + contrastive, contrastive.detach()
         return {"loss": loss, **out}
+
+
+    # --- gradient caching (cse_kit.methods.grad_cache): the edits drawn for the whole batch; the encoder chunk by
+    # chunk; the projector (BatchNorm: the batch's statistics) and InfoNCE on the whole batch; the discriminator
+    # chunk by chunk on the edited sentences, each chunk's gradient reaching h, and through it the projector and
+    # the encoder's cached gradient ---
+
+    def cache_refusal(self) -> str | None:
+        if self.task in ("cmlm", "corrective"):
+            return (f"DiffCSE's {self.task} ablation draws its masks inside the loss, which is not chunked; "
+                    "the method (task=rtd) and Table 15's positive/negative are")
+        return None
+
+    def cache_inputs(self, batch: dict) -> dict:
+        views = batch["input_ids"].shape[1]
+        if views != 2:
+            raise ValueError(f"DiffCSE trains on two dropout views of unlabelled sentences; got {views} views")
+        if self.task in ("positive", "negative"):
+            return {"main": self._with_edited_view(batch)}
+        main = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        return {"main": main, "shared": [self.edit(ids, mask) for ids, mask in self._task_sentences(batch)]}
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        pooled = reps["main"].flatten(0, 1)
+        projected = self.projector(pooled)
+        if self.task in ("positive", "negative"):
+            loss = self._augmented_loss(projected)
+            return loss, {"loss": loss, "contrastive": loss.detach()}
+        h = projected if self.condition == "projector" else pooled
+        row_h = self._task_h(h, len(reps["main"]))
+        task, out = self._cached_rtd(row_h, inputs["shared"], backward, chunk)
+        loss, graph = self.lam * task, pooled.new_zeros(())
+        if self.use_contrastive:
+            contrastive = self.contrastive_loss(projected, 2)
+            loss, graph, out["contrastive"] = loss + contrastive, contrastive, contrastive.detach()
+        return graph, {"loss": loss, **out}
+
+    def _cached_rtd(self, row_h: torch.Tensor, edits: list, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        """The RTD loss of every edited row, `chunk` rows of the discriminator at a time, each chunk's share
+        (λ times its part of the mean or sum) backpropagated at once into the discriminator and into h; h's
+        gradient is then sent back through the projector (its graph kept for the contrastive term's backward).
+        Returns (the loss, the outputs forward gives)."""
+        h = row_h.detach().requires_grad_()
+        loss, correct, real, edited = 0.0, [], [], []
+        for ids, labels, mask in edits:
+            covered = (mask == 1) if self.rtd_reduction == "sum" else torch.ones_like(mask, dtype=torch.bool)
+            denominator = 1 if self.rtd_reduction == "sum" else covered.sum().clamp(min=1)
+            part_loss, right, count = 0.0, 0, 0
+            for piece in chunks(len(ids), chunk):
+                per_token, good, where = self.rtd_tokens(h[piece], ids[piece], labels[piece], mask[piece])
+                part = (per_token * where).sum() / denominator
+                backward(self.lam * part)
+                part_loss = part_loss + part.detach()
+                right, count = right + (good & (mask[piece] == 1)).sum(), count + (mask[piece] == 1).sum()
+            loss = loss + part_loss
+            correct.append(right / count)
+            edited.append(labels.float()[mask == 1].mean())
+        if h.grad is not None:
+            with torch.autocast(h.device.type, enabled=False):
+                row_h.backward(h.grad.to(row_h.dtype), retain_graph=True)  # h.grad already carries the scale
+        return loss, {"rtd": loss, "rtd_accuracy": torch.stack(correct).mean().float(),
+                      "edited": torch.stack(edited).mean()}
 
 
 def needs_generator(task: str, edit: str) -> bool:

@@ -256,18 +256,22 @@ class ESimCSE(SimCSE):
                              1.0 - self.momentum)
 
     @torch.no_grad()
-    def momentum_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def momentum_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            chunk: int | None = None) -> torch.Tensor:
         """The momentum encoder's embedding of the original sentences through the online projector (in eval mode,
-        as the official code's model.eval()), gathered from every process in rank order."""
+        as the official code's model.eval()), gathered from every process in rank order. `chunk`: that many rows
+        at a time (gradient caching: no dropout and no graph here, so chunks change nothing but the memory)."""
         from ..eval.encode import pool
 
         hidden_states = self.pooler in ("avg_top2", "avg_first_last", "avg_emb_last")
-        outputs = self.momentum_encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                        output_hidden_states=hidden_states)
+        pooled = []
+        for ids, mask in zip(input_ids.split(chunk or len(input_ids)), attention_mask.split(chunk or len(input_ids))):
+            outputs = self.momentum_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=hidden_states)
+            pooled.append(pool(outputs, mask, self.pooler))
         projector_mode = self.projector.training
         self.projector.eval()
         try:
-            z = self.projector(pool(outputs, attention_mask, self.pooler))
+            z = self.projector(torch.cat(pooled))
         finally:
             self.projector.train(projector_mode)
         return gather_with_grad(z.float())
@@ -280,15 +284,20 @@ class ESimCSE(SimCSE):
         self.queue[:len(kept)] = kept
         self.queue_filled.fill_(len(kept))
 
-    def forward(self, batch: dict) -> dict:
+    def pair(self, batch: dict) -> dict:
+        """(x, x+) as the two views of each row, padded to one width, with the original sentence x on its own
+        (`original_ids`, `original_mask`: what the momentum encoder reads)."""
         if batch["input_ids"].shape[1] != 2:
             raise ValueError(f"ESimCSE trains on unlabelled sentences (2 views); got {batch['input_ids'].shape[1]}")
         ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
         pos_ids, pos_mask = self.positive(ids, mask, batch.get("example_index"))
         width = max(ids.shape[1], pos_ids.shape[1])
-        pair = {"input_ids": torch.stack([_pad_to(ids, width, self.pad_id), _pad_to(pos_ids, width, self.pad_id)], 1),
-                "attention_mask": torch.stack([_pad_to(mask, width, 0), _pad_to(pos_mask, width, 0)], 1)}
-        _, projected = self.encode_views(pair)
+        return {"input_ids": torch.stack([_pad_to(ids, width, self.pad_id), _pad_to(pos_ids, width, self.pad_id)], 1),
+                "attention_mask": torch.stack([_pad_to(mask, width, 0), _pad_to(pos_mask, width, 0)], 1),
+                "original_ids": ids, "original_mask": mask, "positive_mask": pos_mask}
+
+    def pair_loss(self, pair: dict, projected: torch.Tensor, chunk: int | None = None) -> dict:
+        """InfoNCE of the pair with the queue's negatives, the momentum encoder moved and the queue filled once."""
         z = projected.view(-1, 2, projected.shape[-1])
         negatives = None
         if self.queue_size:
@@ -298,9 +307,25 @@ class ESimCSE(SimCSE):
             filled = int(self.queue_filled)
             negatives = self.queue[:filled].clone() if filled else None  # the first step has no queue
         loss = info_nce(z[:, 0], z[:, 1], self.temp, queue=negatives)
+        ids, mask = pair["original_ids"], pair["original_mask"]
         out = {"loss": loss, "contrastive": loss.detach(),
-               "added_tokens": (pos_mask.sum() - mask.sum()).float() / len(ids)}
+               "added_tokens": (pair["positive_mask"].sum() - mask.sum()).float() / len(ids)}
         if self.queue_size:
-            self.enqueue(self.momentum_embeddings(ids, mask))
+            self.enqueue(self.momentum_embeddings(ids, mask, chunk))
             out["queue"] = self.queue_filled.float()
         return out
+
+    def forward(self, batch: dict) -> dict:
+        pair = self.pair(batch)
+        _, projected = self.encode_views(pair)
+        return self.pair_loss(pair, projected)
+
+    # --- gradient caching: the repetitions drawn for the whole batch, the queue and the momentum update once per
+    # step, in the loss ---
+
+    def cache_inputs(self, batch: dict) -> dict:
+        return {"main": self.pair(batch)}
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        out = self.pair_loss(inputs["main"], self.projector(reps["main"].flatten(0, 1)), chunk)
+        return out["loss"], out

@@ -143,23 +143,43 @@ class PromptBERT(nn.Module):
     def vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, second_template: bool = True):
         """(rows, views, hidden): each view's training vector. View 0 in `template`, the others in `template2` when
         second_template and there is one; all rows in one encoder pass (each its own dropout mask)."""
+        states = self.view_states(input_ids, attention_mask, second_template)
+        return self.head(states, attention_mask, second_template)
+
+    def _split(self, views: int, second_template: bool) -> int:
+        """How many views (from the first) are in the first template."""
+        return 1 if second_template and self.template2 is not None else views
+
+    def view_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, second_template: bool = True):
+        """(rows, views, hidden): each view's [MASK] state (through the MLM transform, where there is one), before
+        the denoising and the MLP."""
         rows, views, _ = input_ids.shape
-        split = 1 if second_template and self.template2 is not None else views
-        groups = [(input_ids[:, :split].flatten(0, 1), attention_mask[:, :split].flatten(0, 1), self.template)]
+        split = self._split(views, second_template)
+        groups = [(input_ids[:, :split].flatten(0, 1), attention_mask[:, :split].flatten(0, 1))]
         if split < views:
-            groups.append((*rewrap(input_ids[:, split:].flatten(0, 1), attention_mask[:, split:].flatten(0, 1),
-                                   self.template, self.template2, self.pad_id), self.template2))
-        width = max(ids.shape[1] for ids, _, _ in groups)
-        ids = torch.cat([F.pad(i, (0, width - i.shape[1]), value=self.pad_id) for i, _, _ in groups])
-        mask = torch.cat([F.pad(m, (0, width - m.shape[1])) for _, m, _ in groups])
+            groups.append(rewrap(input_ids[:, split:].flatten(0, 1), attention_mask[:, split:].flatten(0, 1),
+                                 self.template, self.template2, self.pad_id))
+        width = max(ids.shape[1] for ids, _ in groups)
+        ids = torch.cat([F.pad(i, (0, width - i.shape[1]), value=self.pad_id) for i, _ in groups])
+        mask = torch.cat([F.pad(m, (0, width - m.shape[1])) for _, m in groups])
         out = self.encoder(input_ids=ids, attention_mask=mask, return_dict=True)
         states = self.mlm_transform(mask_states(out.last_hidden_state, ids, self.template.mask_token_id))
+        first, rest = states.split([rows * split, rows * (views - split)])
+        return torch.cat([first.view(rows, split, -1), rest.view(rows, views - split, first.shape[-1])], 1)
+
+    def head(self, states: torch.Tensor, attention_mask: torch.Tensor, second_template: bool = True):
+        """(rows, views, hidden): the [MASK] states denoised (each view minus its template's empty state for the
+        sentence's length, one encoder pass per template) and through the MLP. `attention_mask`: the batch's, in
+        the first template."""
+        rows, views, hidden = states.shape
+        split = self._split(views, second_template)
         if self.denoise:
-            states = torch.cat([s - self.template_states(t, m.sum(-1) - len(t))
-                                for s, (_, m, t) in zip(states.split([len(i) for i, _, _ in groups]), groups)])
-        z, hidden = self.mlp(states), states.shape[-1]
-        first, rest = z.split([rows * split, rows * (views - split)])
-        return torch.cat([first.view(rows, split, hidden), rest.view(rows, views - split, hidden)], 1)
+            lengths = attention_mask.sum(-1) - len(self.template)  # the sentence's sub-words, the same in both
+            parts = [(states[:, :split], lengths[:, :split], self.template)]
+            if split < views:
+                parts.append((states[:, split:], lengths[:, split:], self.template2))
+            states = torch.cat([s - self.template_states(t, n.flatten()).view_as(s) for s, n, t in parts], 1)
+        return self.mlp(states.flatten(0, 1)).view(rows, views, hidden)
 
     def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(rows, views, hidden): the vector training represents a sentence by, every view in the first template
@@ -174,6 +194,24 @@ class PromptBERT(nn.Module):
         z = self.vectors(batch["input_ids"], batch["attention_mask"])
         loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if views == 3 else None, self.hard_negative_weight)
         return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}
+
+    # --- gradient caching (cse_kit.methods.grad_cache): the [MASK] states chunk by chunk; the denoising (one pass
+    # of the empty templates for the batch's lengths), the MLP and InfoNCE on the whole batch ---
+
+    def cache_inputs(self, batch: dict) -> dict:
+        return {"main": {k: batch[k] for k in ("input_ids", "attention_mask")}}
+
+    def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
+        return self.view_states(inputs["input_ids"], inputs["attention_mask"])
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        views = reps["main"].shape[1]
+        if views not in (2, 3):
+            raise ValueError(f"PromptBERT needs 2 views (unsupervised) or 3 (anchor, entailment, contradiction); "
+                             f"got {views}")
+        z = self.head(reps["main"], inputs["main"]["attention_mask"])
+        loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if views == 3 else None, self.hard_negative_weight)
+        return official_share(loss, self.official_processes), {"loss": loss, "contrastive": loss.detach()}
 
     def test_model(self) -> tuple[nn.Module, str]:
         """The plain encoder, read at the first template's [MASK] (`prompt_mask`, the unsupervised scripts' test) or

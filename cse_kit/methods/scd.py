@@ -179,11 +179,29 @@ class SCD(nn.Module):
                        off_diagonal=off.detach())
         return {"loss": loss, **out}
 
-    def forward(self, batch: dict) -> dict:
+    @staticmethod
+    def sentences(batch: dict) -> dict:
+        """The batch's sentences (view 0), which each rate encodes."""
         views = batch["input_ids"].shape[1]
         if views != 2:
             raise ValueError(f"SCD trains on unlabelled sentences (two views of each); got {views} views: NLI "
                              "triplets are not supported (the official code refuses them too)")
-        inputs = {k: v[:, 0] for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        return {k: v[:, 0] for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+    def forward(self, batch: dict) -> dict:
+        inputs = self.sentences(batch)
         h_a, h_b = (self.encode(inputs, rate) for rate in self.rates)
         return self.losses(h_a, h_b)
+
+    # --- gradient caching (cse_kit.methods.grad_cache): both rates' passes chunk by chunk, the projector's
+    # BatchNorm and both terms on the whole batch ---
+
+    def cache_inputs(self, batch: dict) -> dict:
+        return {"main": self.sentences(batch)}
+
+    def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
+        return torch.stack([self.encode(inputs, rate) for rate in self.rates], 1)
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        out = self.losses(reps["main"][:, 0], reps["main"][:, 1])
+        return out["loss"], out

@@ -84,6 +84,27 @@ class SemiSupervised(nn.Module):
         aux = self.nli_loss(batch)
         return {**out, "loss": out["loss"] + self.alpha * aux, "nli": aux.detach()}
 
+    # --- gradient caching of the main stage (cse_kit.methods.grad_cache): the inner method's streams, and with
+    # α > 0 the NLI triplets as a stream of their own, the head on the whole batch ---
+
+    def cache_inputs(self, batch: dict) -> dict:
+        inputs = self.inner.cache_inputs(batch)
+        if self.alpha:
+            inputs["nli"] = {"input_ids": batch["nli_input_ids"], "attention_mask": batch["nli_attention_mask"]}
+        return inputs
+
+    def cache_encode(self, stream: str, inputs) -> torch.Tensor:
+        if stream == "nli":
+            return self.inner.sentence_embeddings(inputs["input_ids"], inputs["attention_mask"])
+        return self.inner.cache_encode(stream, inputs)
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        loss, out = self.inner.cache_loss(inputs, reps, backward, chunk)
+        if not self.alpha:
+            return loss, out
+        aux = nli_cross_entropy(self.classifier, reps["nli"])
+        return loss + self.alpha * aux, {**out, "loss": out["loss"] + self.alpha * aux, "nli": aux.detach()}
+
     def test_model(self):
         return self.inner.test_model()
 

@@ -61,13 +61,18 @@ class SimCSE(nn.Module):
     def test_pooler(self) -> str:
         return "cls" if self.keep_projector else self.pooler
 
-    def encode_views(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """(pooled, projected), both (batch * views, hidden): all views in one encoder pass, so each row gets its
-        own dropout mask, and the projector sees all views at once (as the official code)."""
+    def pool_views(self, batch: dict) -> torch.Tensor:
+        """(batch * views, hidden): the pooled vectors of all views in one encoder pass, so each row gets its own
+        dropout mask."""
         flat = {k: v.flatten(0, 1) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         hidden_states = self.pooler in ("avg_top2", "avg_first_last", "avg_emb_last")
         outputs = self.encoder(**flat, output_hidden_states=hidden_states)
-        pooled = pool(outputs, flat["attention_mask"], self.pooler)
+        return pool(outputs, flat["attention_mask"], self.pooler)
+
+    def encode_views(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pooled, projected), both (batch * views, hidden); the projector sees all views at once (as the official
+        code)."""
+        pooled = self.pool_views(batch)
         return pooled, self.projector(pooled)
 
     def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -81,10 +86,31 @@ class SimCSE(nn.Module):
         z3 = z[:, 2] if views == 3 else None
         return info_nce(z[:, 0], z[:, 1], self.temp, z3, self.hard_negative_weight)
 
-    def forward(self, batch: dict) -> dict:
+    @staticmethod
+    def check_views(batch: dict) -> int:
         views = batch["input_ids"].shape[1]
         if views not in (2, 3):
             raise ValueError(f"SimCSE needs 2 views (unsupervised) or 3 (anchor, positive, hard negative); got {views}")
+        return views
+
+    def forward(self, batch: dict) -> dict:
+        views = self.check_views(batch)
         _, projected = self.encode_views(batch)
         loss = self.contrastive_loss(projected, views)
         return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}
+
+    # --- gradient caching (cse_kit.methods.grad_cache): the encoder chunk by chunk, the projector and InfoNCE on
+    # the whole batch (BatchNorm's statistics stay the batch's) ---
+
+    def cache_inputs(self, batch: dict) -> dict:
+        self.check_views(batch)
+        return {"main": {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}}
+
+    def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
+        rows, views = inputs["input_ids"].shape[:2]
+        return self.pool_views(inputs).view(rows, views, -1)
+
+    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        pooled = reps["main"]
+        loss = self.contrastive_loss(self.projector(pooled.flatten(0, 1)), pooled.shape[1])
+        return official_share(loss, self.official_processes), {"loss": loss, "contrastive": loss.detach()}

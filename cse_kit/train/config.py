@@ -177,6 +177,10 @@ class TrainConfig:
     nli_fraction: float = 1.0  # train on this fraction of the NLI triplets (Tables 2, 7: 0.01, 0.1)
     nli_subset: int = 0  # seed of the fraction's random subset (the paper draws five)
     gradient_accumulation: int = 1  # stage-2 batches per optimizer step, each its own loss (the official sup script)
+    # N > 0: the main stage's step computed N rows at a time with gradient caching (cse_kit.methods.grad_cache):
+    # the whole batch's loss and gradients (its negatives) in the memory of N rows; 0: off. Dropout draws its masks
+    # per chunk, so a cached run is the same objective, not the same numbers: it is part of the run's key
+    grad_cache: int = 0
     diffaug_variant: str = "paper"  # paper | official-code: the defaults of the two choices below
     denoise_offset: str | None = None  # sentence (paper) | sentence+prefix (official code)
     stage1_clip: str | None = None  # trained (paper) | all (official code)
@@ -330,6 +334,7 @@ class TrainConfig:
         need(self.nli_batch_size >= 2, f"nli_batch_size must be >= 2, got {self.nli_batch_size}")
         need(0 < self.nli_fraction <= 1, f"nli_fraction must be in (0, 1], got {self.nli_fraction}")
         need(self.gradient_accumulation >= 1, f"gradient_accumulation must be >= 1, got {self.gradient_accumulation}")
+        need(self.grad_cache >= 0, f"grad_cache must be >= 0 (rows per chunk; 0: off), got {self.grad_cache}")
         need(self.diffaug_variant in DIFFAUG_VARIANTS, f"unknown diffaug_variant {self.diffaug_variant!r}; choose "
              f"one of: {', '.join(DIFFAUG_VARIANTS)}")
         for name, choices in {**DIFFAUG_CHOICES, "augmentation_module": DIFFAUG_MODULES,

@@ -28,6 +28,7 @@ from ..data.registry import ORDERED_CORPORA
 from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..eval.prefix_dynamics import snapshot_path
+from ..methods.grad_cache import average_gradients, backward_with, cached_step, refusal
 from ..io import (
     acquire_or_wait, ensure_dir, holder_lock, not_a_file, recover_dir, remove, swap_dir, write_json_atomic,
     write_tensors_atomic, write_text_atomic, writing,
@@ -104,6 +105,9 @@ def build_objective(cfg: TrainConfig, tokenizer, encoder):
     objective = METHODS[cfg.method].from_config(cfg, tokenizer, encoder)
     if cfg.semi_strategy != "none":  # DiffAug Table 6's strategies wrap the method, whichever it is
         objective = SemiSupervised(objective, cfg.semi_strategy, cfg.aux_weight)
+    reason = refusal(objective) if cfg.grad_cache else None
+    if reason:
+        raise ValueError(reason)
     return objective
 
 
@@ -456,13 +460,20 @@ class _Training:
         if self.first_stage:
             self.unwrapped.stage = stage
         micro_batches = 1 if stage == 1 else self.cfg.gradient_accumulation
+        cached = stage == 2 and self.cfg.grad_cache > 0
         with stage_gradients(self.unwrapped, stage, self.params):
             for micro in range(micro_batches):
-                out = self.forward(stage, micro)
-                loss = out["loss"] / micro_batches
+                if cached:
+                    out = self.cached_forward_backward(micro, micro_batches)
+                    loss = out["loss"] / micro_batches
+                else:
+                    out = self.forward(stage, micro)
+                    loss = out["loss"] / micro_batches
+                    self.accelerator.backward(loss)
                 self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss.detach()),
                                             self.state["step"] + 1)
-                self.accelerator.backward(loss)
+            if cached:
+                average_gradients(self.params)
         if self.cfg.max_grad_norm:
             self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
                                             self.unwrapped.clipped_parameters() if self.first_stage else self.params,
@@ -474,16 +485,30 @@ class _Training:
         self.state["seconds"]["train"] += time.perf_counter() - t
         return stage, out, loss
 
-    def forward(self, stage: int, micro: int) -> dict:
-        """The objective's outputs on the step's micro-th batch."""
+    def batch(self, stage: int, micro: int) -> dict:
+        """The step's micro-th batch, on the device."""
         device = self.accelerator.device
         batch = _step_batch(self.batches, self.nli_batches, self.state["step"], self.first_stage, micro,
                             self.cfg.gradient_accumulation, with_main=stage == 2,
                             with_nli=stage == 1 or bool(self.cfg.aux_weight))
         cuda = device.type == "cuda"
-        batch = {k: (v.pin_memory() if cuda else v).to(device, non_blocking=True) for k, v in batch.items()}
+        return {k: (v.pin_memory() if cuda else v).to(device, non_blocking=True) for k, v in batch.items()}
+
+    def forward(self, stage: int, micro: int) -> dict:
+        """The objective's outputs on the step's micro-th batch."""
+        batch = self.batch(stage, micro)
         with self.accelerator.autocast():
             return self.objective(batch)
+
+    def cached_forward_backward(self, micro: int, micro_batches: int) -> dict:
+        """The main stage's micro-th batch with gradient caching, `grad_cache` rows at a time: its gradients (1 /
+        micro_batches of them, scaled once by the fp16 GradScaler where there is one) accumulated, its outputs
+        returned. It runs on the unwrapped objective: DDP reduces only after its own forward, so the step's
+        gradients are averaged over the processes after the last micro-batch (average_gradients)."""
+        scaler = self.accelerator.scaler
+        return cached_step(self.unwrapped, self.batch(2, micro), self.cfg.grad_cache,
+                           backward_with(scaler.scale if scaler is not None else None, 1 / micro_batches),
+                           self.accelerator.autocast)
 
     def log(self, record: dict) -> None:
         if self.accelerator.is_main_process:
@@ -689,8 +714,9 @@ def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, 
     resumes."""
     stages = f"{first_stage} stage-1 + {main_steps} steps" if first_stage else f"{main_steps} steps"
     start = f"resuming at step {resumed_at}" if resumed_at is not None else "fresh"
+    batch = f"batch {cfg.batch_size}" + (f" in chunks of {cfg.grad_cache} (gradient caching)" if cfg.grad_cache else "")
     return (f"{cfg.method} ({cfg.preset or 'no preset'}, {cfg.profile or 'no'} profile): {cfg.model} on {cfg.data} "
-            f"({examples} examples), {stages}, batch {cfg.batch_size}, {precision}; {start}; output {run}")
+            f"({examples} examples), {stages}, {batch}, {precision}; {start}; output {run}")
 
 
 def _reset_peak_rss() -> None:
