@@ -94,6 +94,13 @@ def one(method: str, batch_size: int, chunk: int, args) -> dict:
             "peak_bytes": peak_memory(device)}
 
 
+def paper_speed_methods() -> list[str]:
+    """Every method bench/paper_speed.py builds at the papers' shape."""
+    import paper_speed
+
+    return list(paper_speed.PRESETS["bert-base"])
+
+
 def measure(method: str, batch_size: int, chunk: int, args) -> dict:
     command = [sys.executable, str(Path(__file__).resolve().parent / "train_speed.py"), "--grad-cache",
                str(args.grad_cache), "--one", f"{method},{batch_size},{chunk}", "--shape", args.shape,
@@ -127,7 +134,7 @@ def main(args) -> list[dict]:
         method, batch_size, chunk = args.one.split(",")
         print(json.dumps(one(method, int(batch_size), int(chunk), args)))
         return []
-    methods = args.methods.split(",") if args.methods else ["simcse"]
+    methods = args.methods.split(",") if args.methods else list(paper_speed_methods())
     batches = [int(b) for b in (args.batches or "64,128,512").split(",")]
     n = args.grad_cache
     print(f"gradient caching at {args.shape} shape on {args.device} ({args.mixed_precision}), chunks of {n} rows; "

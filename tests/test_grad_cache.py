@@ -230,6 +230,7 @@ def test_kill_9_and_resume_with_caching_ends_as_an_uninterrupted_cached_run(dist
     assert logs[0] == logs[1]  # the same losses at every step (the dev evaluation's seconds differ)
 
 
+@pytest.mark.slow  # two gloo processes and a third plain one, each importing the kit: about a minute
 def test_two_cached_processes_train_what_one_plain_process_trains(data_dir, tmp_path):
     """2 gloo processes, each holding half the rows in chunks of 3: the cached embeddings are gathered as the
     uncached ones (InfoNCE, BatchNorm's global statistics) and the gradients averaged after the step (DDP's own
@@ -270,3 +271,22 @@ def test_caching_combines_with_gradient_accumulation(distinct_bert, data_dir, tm
     for a, b in zip(*logs):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["grad_norm"] == pytest.approx(a["grad_norm"],
                                                                                                   rel=1e-5)
+
+
+def test_a_cached_step_under_bf16_autocast_is_the_whole_batch_step_to_bf16s_precision(data_dir, tmp_path):
+    """Both encoder passes and the loss under autocast, the backward outside it: float32 gradients within bf16's
+    rounding of the uncached bf16 step's."""
+    objective, batch = _objective_and_batch("diffcse-bert-sts", data_dir, tmp_path)
+    plain = copy.deepcopy(objective)
+    objective.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = plain(batch)
+    want["loss"].backward()
+    torch.manual_seed(1)
+    got = cached_step(objective, batch, 3, backward_with(None), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert float(got["loss"]) == pytest.approx(float(want["loss"].detach()), rel=2e-2)
+    cached = {n: p.grad for n, p in objective.named_parameters() if p.grad is not None}
+    plain_grads = {n: p.grad for n, p in plain.named_parameters() if p.grad is not None}
+    assert all(g.dtype == torch.float32 for g in cached.values())
+    assert_same_gradients(cached, plain_grads, rtol=5e-2)
