@@ -115,6 +115,8 @@ def cmd_eval(args) -> int:
         print(f"sentences cut at {max_length} tokens (from {args.model}/cse_kit.json; --max-length to change)")
     encoder = Encoder(model, tokenizer, pooler, batch_size=args.batch_size, max_tokens=args.max_tokens,
                       max_length=max_length, device=args.device, amp=args.amp, template=reading)
+    if args.amp:
+        print(encoder.amp_line())
     if args.benchmark == "mteb":
         return _eval_mteb(args, encoder, tasks)
     result = evaluate(encoder, tasks, args.mode, args.data_dir, args.seed, model_name=args.model)

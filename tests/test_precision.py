@@ -152,6 +152,27 @@ def test_amp_on_a_cpu_without_a_bf16_unit_stays_fp32_and_is_recorded_off(minilm,
     assert np.array_equal(asked.encode(sentences), exact)
 
 
+def test_eval_amp_says_in_one_line_what_it_ran_in_and_the_result_records_it(data_dir, tmp_path, monkeypatch,
+                                                                            capsys):
+    """On a CPU without a bf16 unit `cse-kit eval --amp` says it encodes in fp32 (it once printed nothing); with
+    one, that it runs bf16 autocast on that unit. The result names the precision either way."""
+    import json
+
+    from cse_kit import cli
+    from cse_kit.eval import encode
+
+    args = ["eval", "--model", "smoke-bert", "--pooler", "avg", "--tasks", "STSBenchmark", "--mode", "dev",
+            "--data-dir", str(data_dir), "--amp", "--output", str(tmp_path / "out.json")]
+    for unit, words, precision in ((None, "--amp: encoding in fp32, the papers' protocol: this CPU has no unit", "fp32"),
+                                   ("AVX512-BF16", "--amp: encoding under bf16 autocast on this CPU's AVX512-BF16 unit",
+                                    "bf16")):
+        monkeypatch.setattr(encode, "cpu_bf16_unit", lambda: unit)
+        assert cli.main(args) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--amp")]
+        assert len(lines) == 1 and lines[0].startswith(words)
+        assert json.loads((tmp_path / "out.json").read_text())["precision"] == precision
+
+
 def _evaluated(tmp_path, data_dir, amp):
     from cse_kit.results import Pretrained
 

@@ -175,6 +175,15 @@ class Encoder:
             return "fp32"
         return "fp16" if self.device.type == "cuda" and not torch.cuda.is_bf16_supported() else "bf16"
 
+    def amp_line(self) -> str:
+        """What an opt-in to AMP resolved to, in one line for the terminal (the result records `precision`)."""
+        if self.amp:
+            unit = "the GPU" if self.device.type == "cuda" else f"this CPU's {cpu_bf16_unit()} unit"
+            return (f"--amp: encoding under {self.precision} autocast on {unit}; the numbers can move from the papers' "
+                    "fp32 protocol (docs/evaluation.md)")
+        return ("--amp: encoding in fp32, the papers' protocol: this CPU has no unit that multiplies bf16 natively "
+                "(AMX-BF16, AVX512-BF16), and emulated bf16 is slower than fp32")
+
     def clear(self) -> None:
         self._cache.clear()
         self._deltas.clear()

@@ -67,7 +67,8 @@ def evaluate(encoder: Encoder, tasks="all", mode: str = "test", data_dir=None, s
     end = time.perf_counter()
     distinct = len(set(sentences))
     return {
-        "model": model_name, "pooler": encoder.pooler, "amp": encoder.amp, "mode": mode, "seed": seed,
+        "model": model_name, "pooler": encoder.pooler, "amp": encoder.amp, "precision": encoder.precision,
+        "mode": mode, "seed": seed,
         "transfer_sample": transfer_sample, "sts_sample": sts_sample,
         "sts": sts, "transfer": transfer,
         "timings": {"encode_s": encode_s, "prepare_s": encoded - start - encode_s,
