@@ -34,6 +34,16 @@ def test_the_quick_start_fits_in_60_lines_and_every_command_says_how_long_it_tak
     assert len(blocks(section)) == 5 and len(re.findall(r"\d+ (?:s|min|minutes|CPU-seconds)\b", prose)) >= 6
 
 
+def test_the_first_screen_holds_every_command_a_newcomer_runs():
+    """`head -60 README.md`: the two set-up commands, the data step, the main command, the design card's command,
+    the report and JupyterLab (`jupyter lab` was once pushed to line 63 by the --amp paragraph)."""
+    first = "\n".join((REPO / "README.md").read_text(encoding="utf-8").splitlines()[:60])
+    for command in ("python3 -m venv .venv", "python -m pytest", "cse-kit data import",
+                    "cse-kit eval --model all-MiniLM-L6-v2", "papermill notebooks/table8_lambda.ipynb",
+                    "cse-kit report --profile smoke", "jupyter lab notebooks/"):
+        assert command in first, command
+
+
 def setup_commands(block: str) -> list[str]:
     """The commands of the set-up block, without their `# 1. install` comments."""
     return [line.split("   # ")[0].rstrip() for line in block.strip().splitlines()]
