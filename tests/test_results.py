@@ -388,8 +388,45 @@ def test_a_record_made_before_the_sts_test_was_sampled_is_recomputed_never_shown
     for kind in results.SAMPLES:
         monkeypatch.setitem(PROFILES["smoke"]["report"], kind, sampled[kind])
     new = store.get(subject, ("sts_test",))
-    assert counted == ["sts_test", "sts_test"] and new["key"] != old["key"]
+    # whole sets: the head-to-head's per-pair cosines come with the first, from its encodings
+    assert counted == ["sts_test", "sts_pairs", "sts_test"] and new["key"] != old["key"]
     assert new["metrics"]["sts_test"]["sample_per_subset"] == sampled["sts_sample"]
     assert new["metrics"]["sts_test"] != old["metrics"]["sts_test"]
     assert store.record_path(old["key"]).is_file()  # left where it was, under a key no lookup reaches
     assert store.has(subject, ("sts_test",)) and store.key(subject) == new["key"]
+
+
+def test_the_sts_test_sets_are_encoded_once_for_the_notebook_and_the_head_to_head(data_dir, tmp_path, monkeypatch):
+    """A notebook's STS test numbers and the head-to-head's per-pair cosines read the same test pairs: the STS test
+    evaluation stores both from one encoding (on a profile that evaluates the sets whole), the head-to-head then
+    encodes nothing; the numbers are those of each evaluation computed on its own, and each task's Spearman
+    recomputed from the stored cosines is the record's, to 1e-12."""
+    from cse_kit.eval.encode import Encoder
+    from cse_kit.papers.comparison import gold, task_spearman
+
+    encoded = []
+    encode_new = Encoder._encode_new
+    monkeypatch.setattr(Encoder, "_encode_new", lambda self, sentences: (encoded.append(len(sentences)),
+                                                                         encode_new(self, sentences))[1])
+    subject = Pretrained("smoke-bert", "avg")  # no profile: whole sets, as the cpu and paper profiles
+    store = ResultStore(tmp_path / "once", data_dir)
+    notebook = store.get(subject, ("sts_test",))
+    assert "sts_pairs" in notebook["metrics"]
+    sentences = sum(encoded)
+    head_to_head = store.get(subject, ("sts_pairs",))
+    assert sum(encoded) == sentences  # nothing encoded again
+    apart = {name: ResultStore(tmp_path / name, data_dir).get(subject, (name,))["metrics"][name]
+             for name in ("sts_test", "sts_pairs")}
+    assert head_to_head["metrics"]["sts_test"] == apart["sts_test"]
+    # the cosines to float32's rounding: a sentence's vector moves in its last bits with the batch it is padded in,
+    # and the pairs alone are batched otherwise than with STS-B's and SICK-R's dev sentences
+    for task, cosines in apart["sts_pairs"].items():
+        assert head_to_head["metrics"]["sts_pairs"][task] == pytest.approx(cosines, rel=1e-6, abs=1e-7)
+    recomputed = task_spearman(head_to_head["metrics"]["sts_pairs"], gold(data_dir))
+    for task, value in recomputed.items():
+        result = head_to_head["metrics"]["sts_test"][task]
+        assert value == pytest.approx(result["all"]["spearman"] if "all" in result else result["test"]["spearman"],
+                                      abs=1e-12)
+    assert "sts_test" not in ResultStore(tmp_path / "pairs", data_dir).get(subject, ("sts_pairs",))["metrics"]
+    sampled = ResultStore(tmp_path / "smoke", data_dir).get(Pretrained("smoke-bert", "avg", "smoke"), ("sts_test",))
+    assert "sts_pairs" not in sampled["metrics"]  # smoke samples its STS test: the whole sets are not encoded for it

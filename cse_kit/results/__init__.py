@@ -266,7 +266,7 @@ class ResultStore:
                 self._discard(key)
                 self._recomputed.add(key)
             record = self._load(key) or self._new_record(key, subject)
-            missing = [e for e in evals if e not in record["metrics"]]
+            missing = with_shared_encodings([e for e in evals if e not in record["metrics"]], record)
             if missing:
                 encoder = self.encoder(record)
                 if record.get("evaluation_amp"):
@@ -454,6 +454,24 @@ def _geometry_sts_filter(encoder, data_dir, profile) -> dict:
     from ..eval.geometry import sts_filter_align_uniform
 
     return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
+
+
+#: evaluation -> the evaluations that read no sentence it does not: computed with it, from its encodings, where it
+#: reads whole sets (a notebook's STS test numbers, then the head-to-head's per-pair cosines of the same pairs; not
+#: the other way: the STS test also reads STS-B's and SICK-R's dev sets, which the head-to-head never needs, and the
+#: report runs the head-to-head last)
+SHARED_ENCODINGS = {"sts_test": ("sts_pairs",)}
+
+
+def with_shared_encodings(missing: list[str], record: dict) -> list[str]:
+    """`missing` and, where its profile evaluates the STS test sets whole, every SHARED_ENCODINGS companion the record
+    lacks: one encoder computes them all, each sentence encoded once (a sampled STS test, smoke's, would have to
+    encode the rest of the sets for them)."""
+    if evaluation_sample(record.get("profile"), "sts_sample") is not None:
+        return missing
+    extra = [c for name in missing for c in SHARED_ENCODINGS.get(name, ())
+             if c not in record["metrics"] and c not in missing]
+    return missing + list(dict.fromkeys(extra))
 
 
 #: name -> fn(encoder, data_dir, the subject's profile) -> metrics. `geometry_sts_filter`: SCD Figure 2's alignment and uniformity, computed
