@@ -108,11 +108,13 @@ def cached_step(objective, batch: dict, chunk: int, backward: Callable[[torch.Te
         raise ValueError(f"grad_cache needs chunks of at least 1 row, got {chunk}")
     with autocast():
         inputs = objective.cache_inputs(batch)
+    device = _first_tensor(streams(inputs)).device
+    pieces = {stream: list(chunks(len(_first_tensor(rows)), chunk)) for stream, rows in streams(inputs).items()}
     states, reps = {}, {}
     with torch.no_grad(), autocast():
         for stream, rows in streams(inputs).items():
-            device, parts, states[stream] = _first_tensor(rows).device, [], []
-            for piece in chunks(len(_first_tensor(rows)), chunk):
+            parts, states[stream] = [], []
+            for piece in pieces[stream]:
                 states[stream].append(_rng_state(device))
                 parts.append(objective.cache_encode(stream, take(rows, piece)))
             reps[stream] = torch.cat(parts).detach().requires_grad_()
@@ -125,8 +127,8 @@ def cached_step(objective, batch: dict, chunk: int, backward: Callable[[torch.Te
         grad = reps[stream].grad
         if grad is None:  # the loss did not read this stream
             continue
-        for piece, state in zip(chunks(len(_first_tensor(rows)), chunk), states[stream]):
-            _set_rng_state(state, _first_tensor(rows).device)
+        for piece, state in zip(pieces[stream], states[stream]):
+            _set_rng_state(state, device)
             with autocast():
                 again = objective.cache_encode(stream, take(rows, piece))
             with torch.autocast(again.device.type, enabled=False):
