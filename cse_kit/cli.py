@@ -291,13 +291,19 @@ def cmd_report(args) -> int:
 
     store = ResultStore(args.results_dir, args.data_dir)
     store.check_readable()  # a record replaced by something else stops the report here, not in a notebook
+    force = args.force
+    if args.recompute_stale:
+        stale = store.discard_stale()
+        print(f"recomputing {len(stale)} stale record(s) (other library versions): "
+              f"{', '.join(stale) if stale else 'none'}; every other record is reused")
+        force = force or bool(stale)  # their notebooks execute again, finished runs reused
     if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
         jobs_dir(store.root)  # as is a jobs folder others could write into
         os.environ[WORKERS_ENV], os.environ[CLUSTER_ENV] = str(args.workers), args.cluster
     start = time.perf_counter()
     with stopping_together():  # Ctrl-C or SIGTERM stops the notebooks' kernels and the workers too
-        index = build(args.profile, args.results_dir, args.data_dir, args.out, args.force, args.only,
+        index = build(args.profile, args.results_dir, args.data_dir, args.out, force, args.only,
                       papers=args.paper, jobs=args.jobs)
     print(f"wrote {index} in {time.perf_counter() - start:.0f} s")
     failed = [run["name"] for run in json.loads((index.parent / "report.json").read_text())["runs"]
@@ -318,6 +324,8 @@ def cmd_status(args) -> int:
 
     names = select(args.paper, getattr(args, "only", None))
     where = args.results_dir or default_results_dir()
+    if getattr(args, "stale", False):
+        return _stale_status(args.results_dir)
     profiles = [resolve_profile(args.profile)] if args.profile else saved_profiles(args.results_dir)
     if not profiles:
         print(f"no saved tables in {where}: run a notebook or `cse-kit report --profile smoke` first")
@@ -326,6 +334,28 @@ def cmd_status(args) -> int:
         tables = {name: table for name, table in saved_tables(args.results_dir, profile).items() if name in names}
         print(f"profile {profile}; results {where}")
         print(coverage_text(coverage(tables, papers=args.paper), profile) + "\n")
+    return 0
+
+
+def _stale_status(results_dir) -> int:
+    """`cse-kit status --stale`: one line per record that other library versions computed, with why."""
+    from .environment import describe_versions
+    from .results import ResultStore
+
+    store = ResultStore(results_dir)
+    stale = store.stale()
+    here = ", ".join(f"{k} {v}" for k, v in describe_versions().items())
+    if not stale:
+        print(f"no stale record in {store.root}: every record was computed with this environment's library "
+              f"versions (major.minor of {here})")
+        return 0
+    for key, why in stale.items():
+        record = json.loads(store.record_path(key).read_text())
+        subject = record["subject"]
+        what = subject.get("preset") or subject.get("method") if subject["kind"] == "trained" else subject["model"]
+        seed = f", seed {record['seed']}" if record.get("seed") is not None else ""
+        print(f"{key}  {what} ({record.get('profile') or 'no'} profile{seed}): {'; '.join(why)}")
+    print(f"{len(stale)} stale record(s) in {store.root}; `cse-kit report --recompute-stale` recomputes them")
     return 0
 
 
@@ -453,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--list", action="store_true", help="print the coverage matrix and execute nothing (= cse-kit status)")
+    p.add_argument("--recompute-stale", action="store_true",
+                   help="recompute the records computed with other library versions (cse-kit status --stale), "
+                        "re-executing the notebooks; every other record is reused")
     p.add_argument("--jobs", type=int,
                    help="notebooks executed at once, each in its own kernel (default: smoke, one per CPU core up to "
                         "4, as its tiny runs keep one core busy at most; cpu and paper, 1: their training uses every "
@@ -475,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "saved tables")
     p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
+    p.add_argument("--stale", action="store_true", help="list the records computed with other major.minor versions "
+                                                        "of torch, transformers, ... than this environment's")
     p.set_defaults(func=cmd_status)
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
@@ -18,21 +19,67 @@ from . import __version__
 PACKAGE = Path(__file__).resolve().parent
 
 
-def describe(device: str | torch.device | None = None) -> dict:
-    from importlib.metadata import version  # not importing transformers: a notebook reading records never needs it
+#: The libraries whose versions decide the kit's numbers: every record's environment names each installed one, and a
+#: record computed under another major.minor than the running one is marked stale wherever it is shown.
+NUMBER_LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate", "numpy", "scipy", "scikit-learn", "mteb")
 
+
+def library_versions() -> dict[str, str]:
+    """{library: version} of the NUMBER_LIBRARIES installed here (read from their metadata: nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in NUMBER_LIBRARIES:
+        with contextlib.suppress(PackageNotFoundError):
+            out[name] = version(name)
+    return out
+
+
+def describe(device: str | torch.device | None = None) -> dict:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    env = {"cse_kit": __version__, "python": platform.python_version(), "torch": torch.__version__,
-           "transformers": version("transformers"), "numpy": np.__version__, "scipy": version("scipy"),
-           "device": str(device), "torch_threads": torch.get_num_threads(),
+    env = {"cse_kit": __version__, "python": platform.python_version(), **library_versions(),
+           "torch": torch.__version__, "device": str(device), "torch_threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
     else:
         env["cpu"] = platform.processor() or platform.machine()
+        env["cpu_model"] = cpu_model()
         env["cpu_bf16"] = cpu_bf16_unit()  # the unit that multiplies bf16 natively, or None
     return env
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo's `model name`), or None where it is not said."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name":
+                return value.strip()
+    return None
+
+
+def major_minor(version: str) -> str:
+    """'4.57.1' -> '4.57', '2.13.0+cpu' -> '2.13'."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def stale_versions(recorded: dict, current: dict | None = None) -> list[str]:
+    """What makes a record's numbers another environment's: each NUMBER_LIBRARY whose major.minor in the record's
+    environment (`recorded`) differs from this one's, as "computed with transformers 4.57; this environment has 5.1".
+    A library the record does not name (a record of an older release) or this environment lacks is not compared."""
+    current = current if current is not None else describe_versions()
+    return [f"computed with {name} {major_minor(recorded[name])}; this environment has {major_minor(current[name])}"
+            for name in NUMBER_LIBRARIES if recorded.get(name) and current.get(name)
+            and major_minor(recorded[name]) != major_minor(current[name])]
+
+
+@lru_cache(maxsize=1)
+def describe_versions() -> dict[str, str]:
+    """This process's NUMBER_LIBRARIES versions, read once."""
+    return {**library_versions(), "torch": torch.__version__}
 
 
 #: /proc/cpuinfo flags of a native bf16 multiply, the fastest first, with the name a run's header and record give it.

@@ -18,6 +18,7 @@ import pandas as pd
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 from ..data.published import paper_key, paper_table  # noqa: E402
+from ..environment import stale_versions  # noqa: E402
 from ..io import write_json_atomic  # noqa: E402
 from ..progress import duration, progress, terminal_progress  # noqa: E402
 from ..results import Pretrained, ResultStore, parallel  # noqa: E402
@@ -89,6 +90,8 @@ class Setup:
     store: ResultStore
     workers: int = 1  # parallel workers for a table's pending runs (CSE_KIT_WORKERS; cse_kit.results.parallel)
     cluster: str = "local"
+    #: key -> why, for the records this setup showed that other library versions computed (stale_note)
+    stale: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         workers = f"; {self.workers} workers ({self.cluster})" if parallel.uses_workers(self.workers, self.cluster) \
@@ -254,7 +257,25 @@ def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tupl
                 left = f", about {duration(spent / done * len(pending))} left for the others" if pending else ""
                 progress(f"run {done}/{total}: done in {duration(took)}{left}")
         out.append((row, found, unavailable))
+    _mark_stale([record for _, found, _ in out for _, record in found], s)
     return out
+
+
+def _mark_stale(found: list[dict], s: Setup) -> None:
+    """Say, in the notebook, which of the records just shown other library versions computed; the table's saved
+    notes say it too (save_table), so the report shows it beside the table."""
+    stale = {record["key"]: why for record in found if (why := stale_versions(record.get("environment") or {}))}
+    if stale and set(stale) - set(s.stale):
+        s.stale.update(stale)
+        print(stale_note(s.stale))
+
+
+def stale_note(stale: dict[str, list[str]]) -> str:
+    """One line: how many runs are another environment's, why, and the commands that list and recompute them."""
+    reasons = sorted({why for whys in stale.values() for why in whys})
+    runs = f"{len(stale)} run{'' if len(stale) == 1 else 's'}"
+    return (f"stale: {runs} of this table {'was' if len(stale) == 1 else 'were'} {'; '.join(reasons)} "
+            "(`cse-kit status --stale` lists them, `cse-kit report --recompute-stale` recomputes them)")
 
 
 def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
@@ -452,7 +473,8 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
 
     table = strict_json({"name": name, "paper": paper_key(paper) if paper else None, "title": title,
                          "profile": s.profile, "profile_note": PROFILE_NOTES[s.profile], "seeds": s.seeds,
-                         "notes": list(notes) + ([AMP_NOTE] if s.store.amp else []),
+                         "notes": list(notes) + ([AMP_NOTE] if s.store.amp else [])
+                         + ([stale_note(s.stale)] if s.stale else []),
                          "figures": [to_data_uri(f) for f in figures],
                          "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
                          "extra": extra or {}, "environment": describe(), "evaluation_amp": s.store.amp,

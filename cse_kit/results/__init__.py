@@ -28,7 +28,7 @@ from pathlib import Path
 from ..data import REGISTRY, allow_unverified, resolve_data_dir, unverified_reads
 from ..data.loaders import md5_file
 from ..data.registry import BUILT_SOURCES
-from ..environment import PACKAGE, describe, source_digest
+from ..environment import PACKAGE, describe, source_digest, stale_versions
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
@@ -240,6 +240,30 @@ class ResultStore:
 
     def run_dir(self, key: str) -> Path:
         return self.root / "runs" / key
+
+    def stale(self) -> dict[str, list[str]]:
+        """{key: why} of this store's records computed under other major.minor versions of the libraries that decide
+        numbers than this environment's (cse_kit.environment.stale_versions); unreadable records are left to
+        check_readable."""
+        out = {}
+        for path in sorted((self.root / "records").glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            reasons = stale_versions(record.get("environment") or {}) if isinstance(record, dict) else []
+            if reasons:
+                out[path.stem] = reasons
+        return out
+
+    def discard_stale(self) -> list[str]:
+        """Remove every stale record (and its run folder), so the notebooks that show it compute it again; the
+        others are kept and reused. Returns their keys."""
+        stale = list(self.stale())
+        for key in stale:
+            with self.lock(key):
+                self._discard(key)
+        return stale
 
     def has(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> bool:
         """Whether subject's record is finished with every evaluation in evals (read only: no lock, nothing moved)."""
