@@ -218,3 +218,15 @@ def rerandomize(module, seed, std):
                 p.copy_(0.1 * noise)
             else:
                 p.copy_(std * noise)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts how often each evaluation of the results store really runs."""
+    from cse_kit import results
+
+    calls = []
+    for name, fn in list(results.EVALUATIONS.items()):
+        monkeypatch.setitem(results.EVALUATIONS, name,
+                            lambda enc, d, p, _fn=fn, _name=name: (calls.append(_name), _fn(enc, d, p))[1])
+    return calls

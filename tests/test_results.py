@@ -120,16 +120,6 @@ def test_paper_profile_counts_are_the_papers_table_14():
             assert round(n / 1e6) == pytest.approx(paper_value(14, method, backbone), abs=2)
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Counts how often each evaluation really runs."""
-    calls = []
-    for name, fn in list(results.EVALUATIONS.items()):
-        monkeypatch.setitem(results.EVALUATIONS, name,
-                            lambda enc, d, p, _fn=fn, _name=name: (calls.append(_name), _fn(enc, d, p))[1])
-    return calls
-
-
 def test_store_reuses_records_and_adds_evaluations(data_dir, tmp_path, counted):
     store = ResultStore(tmp_path, data_dir)
     subject = Pretrained("smoke-bert", "avg", "smoke")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cse_kit import cli, results
+from cse_kit import cli
 from cse_kit.environment import NUMBER_LIBRARIES, describe, describe_versions, major_minor, stale_versions
 from cse_kit.experiments import Row, Setup, run_rows, save_table
 from cse_kit.report import table_html
@@ -34,15 +34,6 @@ def test_every_record_names_the_versions_and_the_hardware_that_decide_its_number
         f"computed with transformers 4.57; this environment has {major_minor(here['transformers'])}"]
     patch = here["numpy"].rsplit(".", 1)[0] + ".999"  # another patch release decides nothing
     assert stale_versions({**here, "numpy": patch}) == [] and stale_versions({"python": "3.9"}) == []
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    calls = []
-    for name, fn in list(results.EVALUATIONS.items()):
-        monkeypatch.setitem(results.EVALUATIONS, name,
-                            lambda enc, d, p, _fn=fn, _name=name: (calls.append(_name), _fn(enc, d, p))[1])
-    return calls
 
 
 def test_a_stale_record_is_marked_listed_and_recomputed_and_the_others_reused(data_dir, tmp_path, capsys, counted):
