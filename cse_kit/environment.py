@@ -37,8 +37,8 @@ def library_versions() -> dict[str, str]:
 
 def describe(device: str | torch.device | None = None) -> dict:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    env = {"cse_kit": __version__, "python": platform.python_version(), **library_versions(),
-           "torch": torch.__version__, "device": str(device), "torch_threads": torch.get_num_threads(),
+    env = {"cse_kit": __version__, "python": platform.python_version(), **describe_versions(),
+           "device": str(device), "torch_threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
@@ -78,7 +78,7 @@ def stale_versions(recorded: dict, current: dict | None = None) -> list[str]:
 
 @lru_cache(maxsize=1)
 def describe_versions() -> dict[str, str]:
-    """This process's NUMBER_LIBRARIES versions, read once."""
+    """This process's NUMBER_LIBRARIES versions, read once (torch as it says itself, with its build: 2.13.0+cpu)."""
     return {**library_versions(), "torch": torch.__version__}
 
 

@@ -428,10 +428,15 @@ class DiffCSE(SimCSE):
             return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2])
         return (info_nce(z[:, 0], z[:, 1], self.temp) + info_nce(z[:, 0], z[:, 2], self.temp)) / 2
 
-    def forward(self, batch: dict) -> dict:
+    @staticmethod
+    def check_views(batch: dict) -> int:
         views = batch["input_ids"].shape[1]
         if views != 2:
             raise ValueError(f"DiffCSE trains on two dropout views of unlabelled sentences; got {views} views")
+        return views
+
+    def forward(self, batch: dict) -> dict:
+        views = self.check_views(batch)
         if self.task in ("positive", "negative"):
             loss = self._augmented_contrastive(batch)
             return {"loss": loss, "contrastive": loss.detach()}
@@ -456,9 +461,7 @@ class DiffCSE(SimCSE):
         return None
 
     def cache_inputs(self, batch: dict) -> dict:
-        views = batch["input_ids"].shape[1]
-        if views != 2:
-            raise ValueError(f"DiffCSE trains on two dropout views of unlabelled sentences; got {views} views")
+        self.check_views(batch)
         if self.task in ("positive", "negative"):
             return {"main": self._with_edited_view(batch)}
         main = {k: batch[k] for k in ("input_ids", "attention_mask")}
@@ -485,10 +488,10 @@ class DiffCSE(SimCSE):
         gradient is then sent back through the projector (its graph kept for the contrastive term's backward).
         Returns (the loss, the outputs forward gives)."""
         h = row_h.detach().requires_grad_()
-        loss, correct, real, edited = 0.0, [], [], []
+        loss, correct, edited = 0.0, [], []
         for ids, labels, mask in edits:
-            covered = (mask == 1) if self.rtd_reduction == "sum" else torch.ones_like(mask, dtype=torch.bool)
-            denominator = 1 if self.rtd_reduction == "sum" else covered.sum().clamp(min=1)
+            # the official mean covers every position of the edited batch, padding included (rtd_tokens)
+            denominator = 1 if self.rtd_reduction == "sum" else max(mask.numel(), 1)
             part_loss, right, count = 0.0, 0, 0
             for piece in chunks(len(ids), chunk):
                 per_token, good, where = self.rtd_tokens(h[piece], ids[piece], labels[piece], mask[piece])

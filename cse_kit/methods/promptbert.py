@@ -186,32 +186,35 @@ class PromptBERT(nn.Module):
         (what the semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
         return self.vectors(input_ids, attention_mask, second_template=False)
 
-    def forward(self, batch: dict) -> dict:
+    @staticmethod
+    def check_views(batch: dict) -> None:
         views = batch["input_ids"].shape[1]
         if views not in (2, 3):
             raise ValueError(f"PromptBERT needs 2 views (unsupervised) or 3 (anchor, entailment, contradiction); "
                              f"got {views}")
-        z = self.vectors(batch["input_ids"], batch["attention_mask"])
-        loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if views == 3 else None, self.hard_negative_weight)
+
+    def views_loss(self, z: torch.Tensor) -> dict:
+        """InfoNCE of the (rows, views, hidden) training vectors, the third view a hard negative."""
+        loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if z.shape[1] == 3 else None, self.hard_negative_weight)
         return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}
+
+    def forward(self, batch: dict) -> dict:
+        self.check_views(batch)
+        return self.views_loss(self.vectors(batch["input_ids"], batch["attention_mask"]))
 
     # --- gradient caching (cse_kit.methods.grad_cache): the [MASK] states chunk by chunk; the denoising (one pass
     # of the empty templates for the batch's lengths), the MLP and InfoNCE on the whole batch ---
 
     def cache_inputs(self, batch: dict) -> dict:
+        self.check_views(batch)
         return {"main": {k: batch[k] for k in ("input_ids", "attention_mask")}}
 
     def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
         return self.view_states(inputs["input_ids"], inputs["attention_mask"])
 
     def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
-        views = reps["main"].shape[1]
-        if views not in (2, 3):
-            raise ValueError(f"PromptBERT needs 2 views (unsupervised) or 3 (anchor, entailment, contradiction); "
-                             f"got {views}")
-        z = self.head(reps["main"], inputs["main"]["attention_mask"])
-        loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if views == 3 else None, self.hard_negative_weight)
-        return official_share(loss, self.official_processes), {"loss": loss, "contrastive": loss.detach()}
+        out = self.views_loss(self.head(reps["main"], inputs["main"]["attention_mask"]))
+        return out["loss"], out
 
     def test_model(self) -> tuple[nn.Module, str]:
         """The plain encoder, read at the first template's [MASK] (`prompt_mask`, the unsupervised scripts' test) or

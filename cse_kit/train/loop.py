@@ -463,12 +463,9 @@ class _Training:
         cached = stage == 2 and self.cfg.grad_cache > 0
         with stage_gradients(self.unwrapped, stage, self.params):
             for micro in range(micro_batches):
-                if cached:
-                    out = self.cached_forward_backward(micro, micro_batches)
-                    loss = out["loss"] / micro_batches
-                else:
-                    out = self.forward(stage, micro)
-                    loss = out["loss"] / micro_batches
+                out = self.cached_forward_backward(micro, micro_batches) if cached else self.forward(stage, micro)
+                loss = out["loss"] / micro_batches
+                if not cached:  # a cached step backpropagated its parts itself
                     self.accelerator.backward(loss)
                 self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss.detach()),
                                             self.state["step"] + 1)
