@@ -38,6 +38,7 @@ from torch import nn
 
 from ..eval.encode import check_pooler, pool
 from .contrastive import gather_with_grad
+from .registry import register
 
 #: augmentation -> what it does to one view (official transformers/modeling_bert.py of yym6472/ConSERT)
 AUGMENTATIONS = {
@@ -143,11 +144,10 @@ def count(n: torch.Tensor, rate: float) -> torch.Tensor:
     return torch.floor(n.double() * rate).long()
 
 
+@register("consert")
 class ConSERT(nn.Module):
     """Batches: `input_ids` / `attention_mask` (rows, views, length). Unsupervised: 2 views of a corpus sentence
     (the same ids; the augmentations make the views). Supervised: 3 views (anchor, entailment, contradiction)."""
-
-    method = "consert"
 
     def __init__(self, encoder: nn.Module, *, augmentations=(("feature_cutoff", 0.2), ("shuffle", 0.0)),
                  supervision: str = "none", temp: float = 0.1, cl_rate: float = 0.15, noise_norm: float = 0.01,

@@ -28,6 +28,7 @@ from ..models.adapters import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, 
                             merged_lora_average)
 from ..models.prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
+from .registry import register
 from .semi import nli_cross_entropy
 
 #: choice -> its values. denoise_offset: which empty-template row is subtracted from a sentence of n sub-words:
@@ -44,12 +45,11 @@ MODULES = ("prefix", "adapter", "lora")
 PREFIX_MODES = ("different", "same", "fix", "tuning")
 
 
+@register("diffaug")
 class DiffAug(nn.Module):
     """Batches: stage 2 `input_ids` / `attention_mask` (batch, views, length) of templated ids, 2 views (the sentence
     twice: semi-supervised) or 3 (anchor, entailment, contradiction: supervised); `nli_*` (batch, 3, length) NLI
     triplets for stage 1 and the auxiliary loss."""
-
-    method = "diffaug"
 
     def __init__(self, encoder: nn.Module, tokenizer, *, prefix_len: int = 8, temp: float = 0.05,
                  aux_weight: float = 0.0, denoise: bool = True, mlp: bool = True, template: str = PROMPTBERT_BERT,

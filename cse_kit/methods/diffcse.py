@@ -15,6 +15,7 @@ from .contrastive import info_nce, init_like_official
 from .grad_cache import chunks
 from .edits import delete_tokens, insert_masks, pad_rows, unpad
 from .masking import mlm_corrupt, special_token_ids
+from .registry import register
 from .simcse import SimCSE
 
 #: Where the paper's text and the official code (voidism/DiffCSE) differ; the official behaviour is the default.
@@ -131,9 +132,8 @@ def generator_head_input(generator: nn.Module, ids: torch.Tensor, attention_mask
     return captured["hidden"]
 
 
+@register("diffcse")
 class DiffCSE(SimCSE):
-    method = "diffcse"
-
     def __init__(self, encoder: nn.Module, generator: nn.Module | None, tokenizer, *, mask_ratio: float = 0.30,
                  lam: float = 0.005, generator_output: str = "argmax", generator_dropout: bool = True,
                  rtd_reduction: str = "mean", condition: str = "projector", edited_padding: str = "zero",

@@ -18,6 +18,7 @@ from torch import nn
 
 from .contrastive import gather_with_grad, info_nce
 from .diffcse import generator_head_input
+from .registry import register
 from .simcse import SimCSE
 
 #: Where the paper and the official code (caskcsg/sentemb, ESimCSE/) differ; the paper is the default.
@@ -175,11 +176,10 @@ def _pad_to(x: torch.Tensor, width: int, value: int) -> torch.Tensor:
     return nn.functional.pad(x, (0, width - x.shape[1]), value=value)
 
 
+@register("esimcse")
 class ESimCSE(SimCSE):
     """Batch: input_ids / attention_mask of shape (batch, 2, length), the sentence twice (as unsupervised SimCSE),
     and example_index (batch,). View 0 stays the original x; view 1 becomes the extended positive x+."""
-
-    method = "esimcse"
 
     def __init__(self, encoder: nn.Module, tokenizer, *, dup_rate: float = 0.32, dup_level: str = "subword",
                  length_extension: str = "repetition", dup_sampling: str = "paper", momentum: float = 0.995,

@@ -23,6 +23,7 @@ from torch import nn
 from ..eval.encode import PROMPT_POOLERS
 from ..eval.prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
+from .registry import register
 
 #: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
 #: (the supervised scripts use the first alone: run.sh:116, 131). The first is also the test template (run.sh:106-107,
@@ -77,13 +78,12 @@ def bert_mlm_transform(ref: str, data_dir=None) -> nn.Module:
     return load_model(ref, model_class=BertForMaskedLM, data_dir=data_dir)[1].cls.predictions.transform
 
 
+@register("promptbert")
 class PromptBERT(nn.Module):
     """Batch: input_ids / attention_mask (batch, views, length) of template-wrapped ids: 2 views (the sentence
     twice: unsupervised) or 3 (anchor, entailment, contradiction: supervised). View 0 stays in `template`; with
     `template2` the other views are re-wrapped in it (the official code does so for views 1 and 2:
     train.py:688-693, models.py:170-174)."""
-
-    method = "promptbert"
 
     def __init__(self, encoder: nn.Module, tokenizer, *, template: str = PROMPTBERT_BERT, template2: str | None = None,
                  temp: float = 0.05, denoise: bool = True, mlp: bool = True, mlm_transform: nn.Module | None = None,

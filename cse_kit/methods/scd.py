@@ -14,6 +14,7 @@ from torch import nn
 
 from ..eval.encode import check_pooler, pool
 from .contrastive import gather_with_grad, init_like_official
+from .registry import register
 
 TERMS = {"both": "L_S + L_C (the method)", "self_contrast": "L_S only (Table 3, 'SCD (L_S)')",
          "decorrelation": "L_C only (Table 3, 'SCD (L_C)')"}
@@ -103,11 +104,10 @@ def off_diagonal(c: torch.Tensor) -> torch.Tensor:
     return c[~torch.eye(len(c), dtype=torch.bool, device=c.device)]
 
 
+@register("scd")
 class SCD(nn.Module):
     """Batch: input_ids / attention_mask (/ token_type_ids) of shape (batch, views, length); the views are the same
     sentence (the data layer duplicates it), and view 0 is encoded once at each rate."""
-
-    method = "scd"
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", dropout_low: float = 0.05,
                  dropout_high: float = 0.15, terms: str = "both", self_contrast_weight: float = 1.0,

@@ -8,13 +8,13 @@ from torch import nn
 
 from ..eval.encode import check_pooler, pool
 from .contrastive import info_nce, make_projector, official_share
+from .registry import register
 
 
+@register("simcse")
 class SimCSE(nn.Module):
     """Batch: input_ids / attention_mask (/ token_type_ids) of shape (batch, views, length): 2 views (the same
     sentence twice) for unsupervised SimCSE, 3 (anchor, entailment, contradiction) for supervised."""
-
-    method = "simcse"
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str = "mlp",
                  temp: float = 0.05, hard_negative_weight: float = 0.0, keep_projector: bool = False,

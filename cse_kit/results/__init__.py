@@ -30,6 +30,7 @@ from ..data.loaders import md5_file
 from ..data.registry import BUILT_SOURCES
 from ..environment import PACKAGE, describe, source_digest, stale_versions
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
+from ..methods.registry import method_class, method_digest
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
 from ..train.tracking import log_evaluations
@@ -130,6 +131,8 @@ def record_key(subject: TrainConfig | Pretrained, data_dir=None, amp: bool = Fal
         what["evaluation"] = protocol
     if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, *BUILT_SOURCES):  # a user's file: content
         what["training_file_md5"] = md5_file(Path(subject.data))
+    if isinstance(subject, TrainConfig) and (source := method_digest(method_class(subject.method))):
+        what["method_source"] = source  # a researcher's method: editing its module recomputes its runs only
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -38,6 +38,7 @@ from filelock import Timeout
 from submitit.helpers import Checkpointable
 
 from ..environment import threads_per_worker
+from ..methods.registry import check_sendable
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
 from ..train.preemption import Preemption
@@ -253,6 +254,9 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     pending = [(subject, tuple(evals)) for subject, evals in tasks if not store.has(subject, evals)]
     if not pending or (cluster == "local" and (workers <= 1 or len(pending) <= 1)):
         return []
+    for subject, _ in pending:  # a worker imports a researcher's method from its module, never from a notebook
+        if isinstance(subject, TrainConfig):
+            check_sendable(subject.method)
     n = min(workers, len(pending))
     folder = jobs_dir(store.root)
     log(f"{len(pending)} runs pending: {n} workers ({cluster}); logs in {folder}")

@@ -67,7 +67,10 @@ NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "c
 
 @dataclass
 class TrainConfig:
-    method: str = "simcse"  # a key of cse_kit.methods.METHODS
+    method: str = "simcse"  # a registered method (cse_kit.methods.METHODS; a researcher's own: docs/extending.md)
+    # a researcher's method's hyper-parameters (its Options dataclass), every one resolved over its defaults;
+    # set with --set <method>.<option>=value. The kit's own methods' settings are the fields below
+    method_options: dict = field(default_factory=dict)
     model: str = "bert-base-uncased"  # short name, Hub id or folder
     data: str = "Wiki1M"  # a registered corpus, or a file: one sentence per line, or an NLI triplet CSV
     max_examples: int | None = None  # train on the first N examples only (profiles size runs with it)
@@ -233,9 +236,10 @@ class TrainConfig:
             if not ok:
                 raise ValueError(message)
 
-        from ..methods import METHODS
+        from ..methods.objective import resolve_options
+        from ..methods.registry import method_class
 
-        need(self.method in METHODS, f"unknown method {self.method!r}; choose one of: {', '.join(METHODS)}")
+        self.method_options = resolve_options(method_class(self.method), self.method_options)
         need(self.pooler in POOLERS, f"unknown pooler {self.pooler!r}; choose one of: {', '.join(POOLERS)}")
         need(self.projector in PROJECTORS, f"unknown projector {self.projector!r}; choose one of: "
              f"{', '.join(PROJECTORS)}")
@@ -390,8 +394,9 @@ class TrainConfig:
              "code's head (models.py:57-61): set projector=none with it")
 
     def variant_name(self) -> str:
-        """The method's paper-vs-code variant (its VARIANT_FIELDS field)."""
-        return getattr(self, VARIANT_FIELDS[self.method])
+        """The method's paper-vs-code variant (its VARIANT_FIELDS field); a researcher's method has none: "paper",
+        the kit's protocol."""
+        return getattr(self, VARIANT_FIELDS[self.method]) if self.method in VARIANT_FIELDS else "paper"
 
     def official_code(self) -> bool:
         """Whether the run trains as the method's official code did."""
@@ -497,12 +502,34 @@ def parse_value(config_field: dataclasses.Field, text: str):
 
 
 def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    """values with `key=value` settings applied; `<method>.<option>=value` sets an option of the run's method (a
+    string, parsed by the method's Options when the configuration is built)."""
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     out = dict(values)
+    options = {}
     for item in overrides:
         key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
+        key = key.strip()
+        if sep and "." in key:
+            options[key] = text.strip()
+            continue
+        key = key.replace("-", "_")
         if not sep or key not in fields:
-            raise ValueError(f"bad setting {item!r}: write key=value with key one of: {', '.join(fields)}")
+            raise ValueError(f"bad setting {item!r}: write key=value with key one of: {', '.join(fields)} (or "
+                             "<method>.<option>=value for an option of a method of your own)")
         out[key] = parse_value(fields[key], text.strip())
+    if options:
+        out["method_options"] = {**out.get("method_options", {}), **_method_options(options, out.get("method"))}
+    return out
+
+
+def _method_options(options: dict, method: str | None) -> dict:
+    """{option: text} from {"<method>.<option>": text}, each naming the run's method."""
+    out = {}
+    for key, text in options.items():
+        owner, _, option = key.partition(".")
+        if owner != method:
+            raise ValueError(f"{key} sets an option of method {owner}, but this run's method is {method}: add "
+                             f"--set method={owner}")
+        out[option] = text
     return out

@@ -98,11 +98,11 @@ def load_encoder(ref: str, dropout: float | None = None):
 
 def build_objective(cfg: TrainConfig, tokenizer, encoder):
     """The configured method's objective around the encoder: each method builds itself from the config
-    (`from_config`), so adding a method touches its own module, the registry and its config fields only."""
-    from ..methods import METHODS
+    (`from_config`), so a method is its own module, registered by name (cse_kit.methods.registry)."""
+    from ..methods.registry import method_class
     from ..methods.semi import SemiSupervised
 
-    objective = METHODS[cfg.method].from_config(cfg, tokenizer, encoder)
+    objective = method_class(cfg.method).from_config(cfg, tokenizer, encoder)
     if cfg.semi_strategy != "none":  # DiffAug Table 6's strategies wrap the method, whichever it is
         objective = SemiSupervised(objective, cfg.semi_strategy, cfg.aux_weight)
     reason = refusal(objective) if cfg.grad_cache else None
@@ -219,13 +219,13 @@ def _accelerator(cfg: TrainConfig):
     memory counted from here."""
     from accelerate.utils import DistributedDataParallelKwargs
 
-    from ..methods import METHODS
+    from ..methods.registry import method_class
 
     if not torch.cuda.is_available():
         keep_freed_memory()
     # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
-        if hasattr(METHODS[cfg.method], "stage1_parameters") or cfg.semi_strategy != "none" else []
+        if hasattr(method_class(cfg.method), "stage1_parameters") or cfg.semi_strategy != "none" else []
     accelerator = build_accelerator(cfg.mixed_precision, kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
     if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before

@@ -323,8 +323,8 @@ def resolve_generator(name: str, profile: str) -> str:
 
 def variant_of(values: dict) -> str:
     """The variant of the method of a preset's settings (its VARIANT_FIELDS field, else that field's default)."""
-    field = VARIANT_FIELDS[values["method"]]
-    return values.get(field, TrainConfig.__dataclass_fields__[field].default)
+    field = VARIANT_FIELDS.get(values["method"])  # none for a researcher's method: the kit's protocol
+    return values.get(field, TrainConfig.__dataclass_fields__[field].default) if field else "paper"
 
 
 def _resolve_variant_settings(values: dict, preset: str) -> dict:
@@ -336,7 +336,7 @@ def _resolve_variant_settings(values: dict, preset: str) -> dict:
     variant = variant_of(values)
     out = {}
     for key, value in values.items():
-        if isinstance(value, dict) and key != "extra":
+        if isinstance(value, dict) and key not in ("extra", "method_options"):
             if variant not in value:
                 raise ValueError(f"{preset} has no {variant} recipe ({key} is given for {', '.join(value)} only): "
                                  f"choose {VARIANT_FIELDS[values['method']]}={' or '.join(value)}")

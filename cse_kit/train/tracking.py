@@ -77,8 +77,9 @@ def run_name(cfg) -> str:
         base = build_config(cfg.preset, cfg.profile or "paper").to_dict() if cfg.preset else {}
     except ValueError:  # a profile that cannot build the preset: every setting is then its own
         base = {}
-    differs = [f"{k}={v}" for k, v in cfg.to_dict().items()
-               if k not in unnamed and (not base or base.get(k) != v) and (base or k in ("method", "model"))]
+    differs = [f"{k}={v}" for k, v in cfg.to_dict().items() if k != "method_options"
+               and k not in unnamed and (not base or base.get(k) != v) and (base or k in ("method", "model"))]
+    differs += [f"{k}={v}" for k, v in method_options(cfg).items()]
     return " ".join([cfg.preset or cfg.method, *differs, f"seed={cfg.seed}"])
 
 
@@ -90,9 +91,15 @@ def folder_name(name: str) -> str:
 def hyperparameters(cfg, name: str) -> dict:
     """The run's settings as a tracker's hyper-parameters (TensorBoard's HParams, W&B's config, MLflow's params):
     every training setting, the method's paper-or-code variant and the run's name; where things are left out."""
-    values = {k: v for k, v in cfg.to_dict().items() if k not in ("output_dir", "data_dir", "extra", "log_with")}
+    values = {k: v for k, v in cfg.to_dict().items()
+              if k not in ("output_dir", "data_dir", "extra", "log_with", "method_options")}
     extra = {f"extra.{k}": v for k, v in cfg.extra.items() if isinstance(v, (str, int, float, bool))}
-    return {**values, **extra, "method_variant": cfg.variant_name(), "run": name}
+    return {**values, **method_options(cfg), **extra, "method_variant": cfg.variant_name(), "run": name}
+
+
+def method_options(cfg) -> dict:
+    """A researcher's method's options as `<method>.<option>` settings (the values a tracker can show)."""
+    return {f"{cfg.method}.{k}": v for k, v in cfg.method_options.items() if isinstance(v, (str, int, float, bool))}
 
 
 def scalars(record: dict) -> dict:
