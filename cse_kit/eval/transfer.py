@@ -150,16 +150,18 @@ def _f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 def evaluate_transfer_task(encoder, data: TaskData, mode: str = "fasttest", seed: int = 1111,
-                           device: str | torch.device | None = None) -> dict:
-    """{"devacc", "acc", "ndev", "ntest"} (+ "f1" for MRPC) as SentEval reports them, plus timings."""
+                           device: str | torch.device | None = None, nclasses: int | None = None) -> dict:
+    """{"devacc", "acc", "ndev", "ntest"} (+ "f1" for MRPC) as SentEval reports them, plus timings. A task with one
+    split ("all": MR, CR, SUBJ, MPQA, a classification CSV of one's own, whose `nclasses` is given) is
+    cross-validated."""
     cfg = CONFIGS[mode]
     device = torch.device(device) if device is not None else encoder.device
-    nclasses = NCLASSES[data.task]
+    nclasses = nclasses or NCLASSES[data.task]
     t0 = time.perf_counter()
     feats = {s: torch.from_numpy(features(encoder, recs)).to(device) for s, recs in data.splits.items()}
     labels = {s: torch.tensor([r.label for r in recs], device=device) for s, recs in data.splits.items()}
     t1 = time.perf_counter()
-    if data.task in ("MR", "CR", "SUBJ", "MPQA"):
+    if set(data.splits) == {"all"}:
         devacc, acc = inner_kfold(feats["all"], labels["all"], cfg, seed, nclasses)
         out = {"devacc": devacc, "acc": acc, "ndev": len(labels["all"]), "ntest": len(labels["all"])}
     elif data.task == "SST2":

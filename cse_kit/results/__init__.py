@@ -29,6 +29,7 @@ from ..data import REGISTRY, allow_unverified, resolve_data_dir, unverified_read
 from ..data.loaders import md5_file
 from ..data.registry import BUILT_SOURCES
 from ..environment import PACKAGE, describe, source_digest, stale_versions
+from ..eval.user_tasks import UserTask
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
 from ..methods.registry import method_class, method_digest
 from ..train.config import TrainConfig
@@ -131,6 +132,8 @@ def record_key(subject: TrainConfig | Pretrained, data_dir=None, amp: bool = Fal
         what["evaluation"] = protocol
     if isinstance(subject, TrainConfig) and subject.data not in (*REGISTRY, *BUILT_SOURCES):  # a user's file: content
         what["training_file_md5"] = md5_file(Path(subject.data))
+    if isinstance(subject, TrainConfig) and subject.dev_data:  # a dev set of one's own: its content
+        what["dev_data_md5"] = md5_file(Path(subject.dev_data))
     if isinstance(subject, TrainConfig) and (source := method_digest(method_class(subject.method))):
         what["method_source"] = source  # a researcher's method: editing its module recomputes its runs only
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
@@ -278,13 +281,17 @@ class ResultStore:
             check_record(record, key)
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, CorruptRecord):
             return False
-        return all(e in record["metrics"] for e in evals)
+        return all(evaluation_name(e) in record["metrics"] for e in evals)
 
     def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
-        """The record of subject with every evaluation in evals: reused where finished, computed where not."""
-        unknown = [e for e in evals if e not in EVALUATIONS]
+        """The record of subject with every evaluation in evals (names of EVALUATIONS, or a researcher's tasks,
+        cse_kit.eval.user_tasks.UserTask): reused where finished, computed where not."""
+        unknown = [e for e in evals if not isinstance(e, UserTask) and e not in EVALUATIONS]
         if unknown:
-            raise ValueError(f"unknown evaluation(s) {unknown}; choose from {', '.join(EVALUATIONS)}")
+            raise ValueError(f"unknown evaluation(s) {unknown}; choose from {', '.join(EVALUATIONS)}, or a task of "
+                             "your own (cse_kit.eval.user_tasks.UserTask)")
+        run = {**EVALUATIONS, **{e.evaluation: _user_task(e) for e in evals if isinstance(e, UserTask)}}
+        evals = [evaluation_name(e) for e in evals]
         key = self.key(subject)
         lock = self.lock(key)
         acquire_or_wait(lock, f"waiting for run {key}: another process is computing it", self.notify)
@@ -302,7 +309,7 @@ class ResultStore:
                     if self.status:
                         self.status(f"evaluating {name}")
                     start = time.perf_counter()
-                    record["metrics"][name] = EVALUATIONS[name](encoder, self.data_dir, record.get("profile"))
+                    record["metrics"][name] = run[name](encoder, self.data_dir, record.get("profile"))
                     record["timings"][f"eval_{name}_s"] = time.perf_counter() - start
                 record["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
                 self._write(record)
@@ -481,6 +488,19 @@ def _geometry_sts_filter(encoder, data_dir, profile) -> dict:
     from ..eval.geometry import sts_filter_align_uniform
 
     return {"align_uniform": sts_filter_align_uniform(encoder, data_dir)}
+
+
+def _user_task(task: UserTask):
+    def run(encoder, data_dir, profile):
+        from ..eval.user_tasks import evaluate_user_task
+
+        return evaluate_user_task(encoder, task)
+    return run
+
+
+def evaluation_name(evaluation) -> str:
+    """An evaluation's name in a record's metrics (a researcher's task's holds its file's checksum)."""
+    return evaluation.evaluation if isinstance(evaluation, UserTask) else evaluation
 
 
 #: evaluation -> the evaluations that read no sentence it does not: computed with it, from its encodings, where it

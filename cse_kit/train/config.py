@@ -24,7 +24,7 @@ from ..methods.scd import REDUCTIONS, TERMS, parse_widths
 from ..methods.scd import VARIANTS as SCD_VARIANTS
 from .optim import OPTIMIZERS, default_weight_decay
 
-METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc")
+METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc", "dev_data_spearman")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 #: The smallest temperature of SimCSE's temperature ablation (Gao et al. 2021, appendix: 0.001 to 1). Below it the
 #: logits cos/temp span more than 2/temp = 2000, so exp() of every negative but the hardest underflows even in fp32
@@ -115,6 +115,10 @@ class TrainConfig:
     # > 0: stop after this many dev evaluations in a row without a new best (fit's early_stop_patience, ibid.)
     early_stopping_patience: int = 0
     metric: str = "stsb_spearman"  # dev metric that picks the best checkpoint
+    # a dev set of one's own for model selection: an STS-style CSV (sentence1, sentence2, score); its Spearman,
+    # `dev_data_spearman`, picks the best checkpoint (the metric, where it is left at stsb_spearman); in the key by
+    # its checksum
+    dev_data: str | None = None
     save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
     checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
     keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
@@ -244,6 +248,7 @@ class TrainConfig:
         need(self.projector in PROJECTORS, f"unknown projector {self.projector!r}; choose one of: "
              f"{', '.join(PROJECTORS)}")
         need(self.metric in METRICS, f"unknown metric {self.metric!r}; choose one of: {', '.join(METRICS)}")
+        self._check_dev_data(need)
         need(self.mixed_precision in MIXED_PRECISION,
              f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}, got {self.mixed_precision!r}")
         need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
@@ -291,6 +296,17 @@ class TrainConfig:
         self._validate_promptbert(need)
         self._validate_semi(need)
         self._validate_consert(need)
+
+    def _check_dev_data(self, need) -> None:
+        from ..eval.user_tasks import load_user_pairs
+
+        if self.dev_data is None:
+            need(self.metric != "dev_data_spearman", "metric dev_data_spearman reads a dev set of your own: set "
+                 "dev_data=pairs.csv (sentence1, sentence2, score)")
+            return
+        load_user_pairs(self.dev_data)  # a bad file: one line naming it, its row and the fix
+        if self.metric == "stsb_spearman":
+            self.metric = "dev_data_spearman"
 
     def _validate_consert(self, need) -> None:
         from ..eval.encode import PROMPT_POOLERS

@@ -303,7 +303,7 @@ def _dev_evaluation(cfg: TrainConfig, tokenizer, objective, device) -> tuple[Dev
         (getattr(objective, "dev_pooler", test_pooler), cfg.template)
     evaluator = DevEvaluator(tokenizer, dev_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                              transfer=cfg.metric == "transfer_devacc", device=device,
-                             template=dev_template, max_length=test_max_length)
+                             template=dev_template, max_length=test_max_length, dev_data=cfg.dev_data)
     return evaluator, test_pooler, test_max_length
 
 
