@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..eval.encode import check_pooler, pool
-from .contrastive import info_nce, make_projector
+from .contrastive import gather_with_grad, info_nce, make_projector
 from .registry import MethodError
 
 #: the poolers that read more than the last layer (the encoder must return its hidden states)
@@ -129,6 +129,12 @@ class Objective(nn.Module):
     def embed(self, batch: dict) -> torch.Tensor:
         """(rows, views, hidden): each view's training vector, the pooled output through the projector."""
         return self.project(self.pooled(batch))
+
+    @staticmethod
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        """Every process's rows of x, the gradient flowing back to this process's own (one process: x itself), so a
+        loss over them is the global batch's on any number of GPUs."""
+        return gather_with_grad(x)
 
     def info_nce(self, z1: torch.Tensor, z2: torch.Tensor, hard_negatives: torch.Tensor | None = None,
                  temp: float | None = None, hard_negative_weight: float = 0.0) -> torch.Tensor:

@@ -151,6 +151,17 @@ def method_digest(cls: type) -> str | None:
     return hashlib.sha256(method_source(cls).encode()).hexdigest()[:16]
 
 
+def plugins_digest() -> str:
+    """sha256 over the sources of every method of one's own registered here (after the plugins are imported): what
+    a notebook's tables depend on beside the kit's code (cse_kit.report.execution_key)."""
+    load_plugins()
+    digest = hashlib.sha256()
+    for name in sorted(METHODS):
+        if (source := method_digest(METHODS[name])) is not None:
+            digest.update(f"{name} {source}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def check_sendable(name: str) -> None:
     """Refuse to hand a run of a notebook-cell method to another process (a report worker, a SLURM job)."""
     cls = method_class(name)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -62,19 +64,54 @@ def label(method: str, recipe: str) -> str:
     return f"{method} ({recipe})"
 
 
+#: the method of one's own that notebooks/your_method.ipynb trains unless given another (docs/extending.md)
+EXAMPLE_PLUGIN = str(Path(__file__).resolve().parents[2] / "examples" / "margin_simcse.py")
+#: the preset a method of one's own trains on: SimCSE's unsupervised recipe (its data, model, schedule and dev
+#: selection on each profile), so it differs from SimCSE's row by its objective only
+OWN_BASE_PRESET = "simcse-bert"
+
+
+def own_methods() -> list[str]:
+    """The methods of one's own registered in this process ($CSE_KIT_PLUGINS, entry points, notebook cells)."""
+    from ..methods.registry import METHODS as REGISTERED
+    from ..methods.registry import is_kit_method, load_plugins
+
+    load_plugins()
+    return [name for name, cls in REGISTERED.items() if not is_kit_method(cls)]
+
+
 def check_methods(methods: list, recipes: list) -> None:
-    check(set(methods) <= set(METHODS) and methods, f"methods are {list(METHODS)}, got {methods}")
+    known = [*METHODS, *own_methods()]
+    check(set(methods) <= set(known) and methods, f"methods are {known} (yours: register it and name its module in "
+                                                  f"$CSE_KIT_PLUGINS, docs/extending.md), got {methods}")
     check(set(recipes) <= set(RECIPES) and recipes, f"recipes are {list(RECIPES)}, got {recipes}")
 
 
-def rows(profile: str, methods=tuple(METHODS), recipes=RECIPES) -> list[Row]:
+def method_row(method: str, own: dict | None = None) -> tuple[str, dict]:
+    """(preset, settings) of a method's paper recipe: a kit method's preset, a method of one's own as `own` gives
+    it ({name: (preset, settings)}), else on OWN_BASE_PRESET."""
+    if method in METHODS:
+        return METHODS[method][0], {}
+    return (own or {}).get(method, (OWN_BASE_PRESET, {"method": method}))
+
+
+def rows(profile: str, methods=tuple(METHODS), recipes=RECIPES, own: dict | None = None) -> list[Row]:
     """One row per method and recipe: the paper recipe is the preset itself (the papers' notebooks' runs, shared
-    through the results store), the shared recipe the preset with SHARED_RECIPE."""
-    return [Row(label(m, r), METHODS[m][0], {} if r == "paper recipe" else SHARED_RECIPE[profile])
-            for r in recipes for m in methods]
+    through the results store), the shared recipe the preset with SHARED_RECIPE. A method of one's own takes
+    SimCSE's preset, or the preset and settings `own` gives it (method_row)."""
+    out = []
+    for recipe in recipes:
+        for method in methods:
+            preset, settings = method_row(method, own)
+            shared = {} if recipe == "paper recipe" else SHARED_RECIPE[profile]
+            out.append(Row(label(method, recipe), preset, {**settings, **shared}))
+    return out
 
 
 def published(method: str) -> float:
+    """The paper's average STS for a kit method; NaN for a method of one's own."""
+    if method not in METHODS:
+        return math.nan
     paper, table, row, setting = METHODS[method][1]
     return paper_value(table, row, "Avg.", paper, setting=setting)
 
@@ -401,6 +438,73 @@ def cost_points(scores: pd.DataFrame, costs: pd.DataFrame, recipe: str) -> dict[
     mean = {method_and_recipe(m)[0]: v for m, v in
             zip(scores[scores.recipe == recipe].method, scores[scores.recipe == recipe]["Avg. STS mean"])}
     return {m: (float(hours[m]), float(mean[m])) for m in hours.index if m in mean}
+
+
+@dataclass
+class HeadToHead:
+    """Everything the head-to-head shows: per-run columns (`long`), per-method scores, MTEB, the significance
+    matrices per recipe and test, the papers' claims in words, and the cost table."""
+
+    long: pd.DataFrame
+    scores: pd.DataFrame
+    mteb: pd.DataFrame
+    costs: pd.DataFrame
+    tests: dict = field(default_factory=dict)
+    words: list = field(default_factory=list)
+
+
+def head_to_head(rows_: list[Row], s, recipes: list, transfer: str | None, mteb_tasks: str = "",
+                 bootstrap_samples: int = 1000, level: float = 0.05) -> HeadToHead:
+    """Train (or reuse) and evaluate every row on s's seeds, then the tables of the head-to-head."""
+    from .. import experiments as ex
+
+    evals = evaluations(transfer)
+    gold_scores = gold(s.store.data_dir)
+    found = ex.records(rows_, s, evals)
+    if mteb_tasks:
+        evaluate_mteb(found, s.store, mteb_tasks)
+    long = with_mteb_average(ex.run_rows(rows_, s, evals, columns(gold_scores, transfer)))
+    out = HeadToHead(long, summary(long), mteb_table(long), cost_table(long))
+    for recipe in recipes:
+        by_seeds = seed_tests(by_seed(long, recipe))
+        boot = bootstrap_tests(similarities(found, recipe), gold_scores, bootstrap_samples)
+        out.tests[recipe] = {"paired t-test over seeds": significance_matrix(by_seeds, level),
+                             "paired bootstrap over STS pairs": significance_matrix(boot, level)}
+        out.words += [f"{recipe}: {line}" for line in claims_in_words(by_seeds, level)]
+    return out
+
+
+def show(h: HeadToHead, level: float) -> None:
+    """Display the head-to-head's tables in a notebook."""
+    from IPython.display import display
+
+    from .. import experiments as ex
+
+    display(ex.show_values(h.scores, "Average STS test and transfer test (and MTEB, where the runs have MTEB "
+                                     "results) per method and recipe: mean ± std, 95% interval over the seeds, the "
+                                     "paper's own number beside its recipe"))
+    if len(h.mteb):
+        display(ex.show_values(h.mteb, "MTEB main scores ×100 (mteb's own evaluation of the same vectors), mean over "
+                                       "the seeds; Avg. MTEB over the tasks every such run has"))
+    for recipe, matrices in h.tests.items():
+        for name, matrix in matrices.items():
+            display(ex.show_values(matrix, f"{recipe}: row − column average STS; * = beyond chance at {level} "
+                                          f"({name})"))
+    print("\n".join(h.words))
+    display(ex.show_values(h.costs, "Cost on this machine: median s/step, sentences/s, peak memory, the recipe's full "
+                                    "run projected over Wiki1M's 1M sentences, and the ratios to SimCSE"))
+
+
+def figures(h: HeadToHead, recipe: str) -> tuple[list, list[str]]:
+    """(the seed strip and the cost-score Pareto plot of `recipe`, its Pareto front)."""
+    from ..experiments import plots
+
+    strip = plots.seed_strip(h.long, "Avg. STS", "Every seed's average STS test per method and recipe")
+    points = cost_points(h.scores, h.costs, recipe)
+    front = pareto_front(points)
+    frontier = plots.pareto(points, front, "projected hours for the full run (this machine)", "average STS test",
+                            f"Average STS against training cost ({recipe})")
+    return [strip, frontier], front
 
 
 def profile_note(profile: str, transfer: str | None) -> str:

@@ -28,6 +28,7 @@ from ..experiments import TABLE_MIMETYPE, resolve_profile
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
+from ..methods.registry import plugins_digest
 from ..papers import PAPERS, all_notebooks, paper_key, paper_module
 from ..papers import notebooks as paper_notebooks
 from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
@@ -71,6 +72,7 @@ def execution_key(notebook: Path, params: dict) -> str:
     digest = hashlib.sha256(notebook.read_bytes())
     digest.update(json.dumps(params, sort_keys=True).encode())
     digest.update(_package_version().encode())
+    digest.update(plugins_digest().encode())  # a method of one's own that was edited: its rows are recomputed
     if evaluation_amp():  # its tables come from other records (cse_kit.results.evaluation_protocol)
         digest.update(b"evaluation under AMP")
     return digest.hexdigest()[:16]
