@@ -56,7 +56,8 @@ def columns(record):
     return {**ex.dev_columns(record), "stage-1 loss": diffaug.stage1_loss(record)}
 
 
-long = ex.run_rows(diffaug.figure5_rows(grid, every, recipe), s, ("sts_dev",), columns)
+# the stage-1 loss: an untrained model has none, so no untrained start
+long = ex.run_rows(diffaug.figure5_rows(grid, every, recipe), s, ("sts_dev",), columns, starts=False)
 comparison = ex.unpublished(long, ["STS-B", "stage-1 loss"])
 display(ex.show(comparison, "DiffAug Figure 5: STS-B dev after stage 2 and the stage-1 loss, by stage-1 length"))
 best = comparison[comparison.column == "STS-B"].sort_values("mean").iloc[-1]["row"]

@@ -45,7 +45,8 @@ s = ex.setup(profile, seeds, data_dir, results_dir, force)
 rows = diffaug.cost_rows(s.profile, window or None)
 
 # %%
-long = ex.run_rows(rows, s, ("sts_dev",), diffaug.cost_columns(s.profile))
+# training cost: an untrained model has none, so no untrained start
+long = ex.run_rows(rows, s, ("sts_dev",), diffaug.cost_columns(s.profile), starts=False)
 comparison = diffaug.cost_comparison(long)
 display(ex.show(comparison, "DiffAug Table 4: projected training time (min) and peak memory (GB), and the ratios "
                             "to SimCSE"))

@@ -34,6 +34,21 @@ PROFILE_NOTES = {
 }
 
 
+#: The profiles whose tables show, beside every trained row, its untrained start: the backbone evaluated as it is,
+#: under the pooler the row's runs are evaluated with, and each cell's change from it. Their backbones are not the
+#: papers' masked-LM checkpoints (cpu: a model already trained for similarity), so a number alone does not say whether
+#: a method added anything; on `paper` the papers' own baselines say it.
+STARTS_SHOWN = ("cpu", "smoke")
+#: what the cpu profile can and cannot show, said once where its numbers are shown (the report's coverage)
+CPU_PROFILE_SCOPE = (
+    "The cpu profile starts from all-MiniLM-L6-v2, a model already trained for sentence similarity, not the papers' "
+    "masked-LM checkpoints: it shows that every method runs and how far each moves that model from its untrained "
+    "start under the method's own pooler (each table's 'start' line), not the papers' gains or their ranking; "
+    "DiffAug's prefix alone lowers its start, since the 24 steps cannot train it")
+#: where the evidence for CPU_PROFILE_SCOPE is, in the repository
+CPU_PROFILE_EVIDENCE = "docs/training.md#what-the-cpu-profile-can-and-cannot-show"
+
+
 class ParameterError(ValueError):
     """A notebook parameter that cannot run; raised in the first cell, before any training."""
 
@@ -205,6 +220,29 @@ class Row:
         return build_config(self.preset, profile, {**self.overrides, "seed": seed})
 
 
+#: how a start row is labelled, and the prefix of the long table's columns that hold a trained row's start values
+START_LABEL = "untrained {model} ({pooler})"
+START_COLUMN = "start: "
+
+
+def starting_point(row: Row, s: Setup) -> Row | None:
+    """The untrained start of a trained row on a profile that shows starts (STARTS_SHOWN): its backbone evaluated as it
+    is under the pooler its runs are evaluated with (a prompt pooler with the template the untrained model is read
+    in: PromptBERT's BERT template, which every cpu row uses). None for a pretrained row, a row the profile cannot
+    run, or a prompt row in another template."""
+    from ..eval.prompt import PROMPTBERT_BERT
+
+    if s.profile not in STARTS_SHOWN or row.preset is None or row.unavailable:
+        return None
+    try:
+        cfg = row.subject(s.profile, s.seeds[0])
+    except ProfileUnavailable:
+        return None
+    if cfg.pooler.startswith("prompt_") and (cfg.template or PROMPTBERT_BERT) != PROMPTBERT_BERT:
+        return None
+    return Row(START_LABEL.format(model=cfg.model, pooler=cfg.pooler), model=cfg.model, pooler=cfg.pooler)
+
+
 def _seeds(row: Row, s: Setup) -> list[int]:
     return s.seeds if row.preset else s.seeds[:1]  # a pretrained model evaluated as is: deterministic, run once
 
@@ -278,17 +316,29 @@ def stale_note(stale: dict[str, list[str]]) -> str:
             "(`cse-kit status --stale` lists them, `cse-kit report --recompute-stale` recomputes them)")
 
 
-def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics) -> pd.DataFrame:
+def run_rows(rows: list[Row], s: Setup, evals: tuple, metrics, starts: bool = True,
+             start_metrics=None) -> pd.DataFrame:
     """Long table: one line per (row, seed) with status, reason (and what the row is missing) and the columns
     metrics(record) returns. Pretrained rows are deterministic and run once. Rows the profile cannot run are kept,
-    marked `not run`."""
+    marked `not run`. With `starts`, on a profile that shows them, each trained row's lines also hold its untrained
+    start (starting_point): `start`, the start's label, and `start: <column>` for each column start_metrics (default
+    metrics) reads off the start's record, computed and cached in the results store like any other; a table of
+    what only training has (cost, curves) passes starts=False."""
+    start_of = {row.label: starting_point(row, s) for row in rows} if starts else {}
+    start_rows = list({start.label: start for start in start_of.values() if start}.values())
+    fetched = _fetch(list(rows) + start_rows, s, evals)
+    read = start_metrics or metrics
+    start_values = {row.label: {START_COLUMN + k: v for k, v in read(found[0][1]).items()}
+                    for row, found, _ in fetched[len(rows):] if found}
     lines = []
-    for row, found, unavailable in _fetch(rows, s, evals):
+    for row, found, unavailable in fetched[:len(rows)]:
         if unavailable:
             lines.append({"row": row.label, "seed": s.seeds[0], "status": "not run", "reason": unavailable.cause,
                           "missing": unavailable.missing})
+        start = start_of.get(row.label)
+        shown = {"start": start.label, **start_values[start.label]} if start and start.label in start_values else {}
         lines += [{"row": row.label, "seed": seed, "status": "ok", "reason": "", "missing": "", "key": record["key"],
-                   **metrics(record)} for seed, record in found]
+                   **metrics(record), **shown} for seed, record in found]
     return pd.DataFrame(lines)
 
 
@@ -388,12 +438,22 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None,
 
 
 def _over_seeds(group: pd.DataFrame, column: str) -> dict:
-    """mean, std (ddof 1), n of one column over a row's finished runs, and why there are none."""
+    """mean, std (ddof 1), n of one column over a row's finished runs, and why there are none; with the row's
+    untrained start where run_rows gave it one (`start`: its label, `start_value`: its value in this column)."""
     ok = group[group.status == "ok"]
     values = ok[column].dropna().to_numpy(float) if column in ok else np.array([])
     return {"mean": float(values.mean()) if len(values) else math.nan,
             "std": float(values.std(ddof=1)) if len(values) > 1 else math.nan, "n": len(values),
-            **(why_not_run(group) if not len(values) else {"reason": "", "missing": ""})}
+            **(why_not_run(group) if not len(values) else {"reason": "", "missing": ""}), **_start_of(ok, column)}
+
+
+def _start_of(ok: pd.DataFrame, column: str) -> dict:
+    """{"start": label, "start_value": value} of a row's untrained start in one column, or {} without one."""
+    if START_COLUMN + column not in ok or "start" not in ok:
+        return {}
+    known = ok[ok[START_COLUMN + column].notna()]
+    return {"start": known["start"].iloc[0], "start_value": float(known[START_COLUMN + column].iloc[0])} \
+        if len(known) else {}
 
 
 def why_not_run(group: pd.DataFrame) -> dict:
@@ -403,8 +463,10 @@ def why_not_run(group: pd.DataFrame) -> dict:
 
 
 def _line(row: str, column: str, paper: float, ours: dict, diff: float) -> dict:
+    start = {"start": ours["start"], "start_value": ours["start_value"],
+             "from_start": ours["mean"] - ours["start_value"]} if "start" in ours else {}
     return {"row": row, "column": column, "paper": paper, "mean": ours["mean"], "std": ours["std"], "n": ours["n"],
-            "diff": diff, "reason": ours["reason"], "missing": ours.get("missing", "")}
+            "diff": diff, "reason": ours["reason"], "missing": ours.get("missing", ""), **start}
 
 
 def unpublished(long: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -173,7 +173,32 @@ def _cell_html(line) -> str:
     if delta:
         colour = GREEN if within_tolerance(line) else RED
         cell += f"<br><span class='delta' style='color:{colour}'>{delta}</span>"
+    start = start_text(line)
+    if start:
+        cell += f"<br><span class='start' title='{html.escape(str(line.start))}'>{html.escape(start)}</span>"
     return cell
+
+
+def has_start(line) -> bool:
+    """Whether a line carries its row's untrained start (experiments.run_rows on a profile that shows starts)."""
+    value = getattr(line, "start_value", None)
+    return _text(getattr(line, "start", None)) and value is not None and not math.isnan(value)
+
+
+def start_text(line) -> str:
+    """"start 73.69: +1.16": the untrained model's value under the row's pooler, and ours − start."""
+    if not has_start(line) or line.n == 0 or math.isnan(line.mean):
+        return ""
+    return f"start {fmt_number(line.start_value)}: {fmt_diff(line.from_start, line.mean)}"
+
+
+def start_caption(comparison: pd.DataFrame) -> str:
+    """Which untrained starts the cells' last line compares with, or "" when none does."""
+    starts = [line.start for line in comparison.itertuples() if has_start(line)]
+    if not starts:
+        return ""
+    return ("last line: the untrained model evaluated under the row's own pooler (start) and ours − start; starts: "
+            + ", ".join(dict.fromkeys(starts)))
 
 
 def tolerance_caption(comparison: pd.DataFrame) -> str:
@@ -205,8 +230,9 @@ def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
     blocks: dict[tuple, list] = {}
     for row in dict.fromkeys(comparison.row):
         blocks.setdefault(tuple(c for c in dict.fromkeys(comparison.column) if (row, c) in cells), []).append(row)
+    starts = start_caption(comparison)
     caption_html = f"<caption>{html.escape(caption)}<br><small>{html.escape(tolerance_caption(comparison))}" \
-                   "</small></caption>"
+                   + (f"<br>{html.escape(starts)}" if starts else "") + "</small></caption>"
     tables = []
     for i, (columns, rows) in enumerate(blocks.items()):
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
@@ -247,7 +273,10 @@ def long_form_html(comparison: pd.DataFrame) -> str:
     lines = list(comparison.itertuples())
     shown = comparison.assign(paper=[paper_text(x) for x in lines], ours=[ours_text(x) for x in lines],
                               n=["" if is_setting(x) else x.n for x in lines], diff=[delta_text(x) for x in lines])
-    keep = [c for c in ("row", "column", "paper", "ours", "n", "diff", "reason") if c in shown]
+    if any(has_start(x) for x in lines):
+        shown = shown.assign(start=[fmt_number(x.start_value) if has_start(x) else "" for x in lines],
+                             from_start=[start_text(x).partition(": ")[2] for x in lines])
+    keep = [c for c in ("row", "column", "paper", "ours", "n", "diff", "start", "from_start", "reason") if c in shown]
     return shown[keep].to_html(index=False, border=0, classes="long-form", escape=True)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..data.published import paper_value
-from ..experiments import Row, check, training_cost
+from ..experiments import START_COLUMN, Row, check, training_cost
 
 NOTEBOOK = "compare_methods"
 TITLE = "All methods under one protocol"
@@ -323,13 +323,20 @@ def columns(gold_scores: dict[str, np.ndarray], transfer: str | None):
     without a transfer evaluation), and the cost of the run (cost_columns, its full recipe projected over Wiki1M's
     1M sentences at its batch size)."""
 
+    scores = start_columns(gold_scores, transfer)
+
     def of(record: dict) -> dict:
         cfg = record["config"]
         full_steps = cfg["epochs"] * (CORPUS_SENTENCES // cfg["batch_size"]) + cfg.get("stage1_steps", 0)
-        return {**sts_columns(record, gold_scores),
-                "Avg. transfer": record["metrics"][transfer]["avg"] if transfer else math.nan,
-                **cost_columns(record, cfg["batch_size"], full_steps), **mteb_columns(record)}
+        return {**scores(record), **cost_columns(record, cfg["batch_size"], full_steps), **mteb_columns(record)}
     return of
+
+
+def start_columns(gold_scores: dict[str, np.ndarray], transfer: str | None):
+    """record -> the columns an untrained start has too: STS tasks and average, the transfer average (NaN without a
+    transfer evaluation)."""
+    return lambda record: {**sts_columns(record, gold_scores),
+                           "Avg. transfer": record["metrics"][transfer]["avg"] if transfer else math.nan}
 
 
 def evaluate_mteb(found: dict[str, list[dict]], store, spec: str) -> None:
@@ -395,8 +402,19 @@ def summary(long: pd.DataFrame, measures=("Avg. STS", "Avg. transfer", "Avg. MTE
                          f"{measure} 95% interval": f"[{values.mean() - half:.2f}, {values.mean() + half:.2f}]"
                          if n > 1 else "n/a"})
         line["seeds"] = int(group[measures[0]].notna().sum())
-        lines.append(line)
+        lines.append({**line, **start_summary(group)})
     return pd.DataFrame(lines)
+
+
+def start_summary(group: pd.DataFrame, measure: str = "Avg. STS") -> dict:
+    """A method's untrained start (the backbone under the pooler its runs are evaluated with), its `measure`, and the
+    method's mean change from it; {} on a profile that shows no starts."""
+    start = START_COLUMN + measure
+    if start not in group or group[start].isna().all():
+        return {}
+    value = float(group[start].dropna().iloc[0])
+    return {"start": group["start"].dropna().iloc[0], f"start {measure}": value,
+            f"{measure} − start": float(group[measure].dropna().mean()) - value}
 
 
 def by_seed(long: pd.DataFrame, recipe: str, column: str = "Avg. STS") -> dict[str, dict[int, float]]:
@@ -463,7 +481,8 @@ def head_to_head(rows_: list[Row], s, recipes: list, transfer: str | None, mteb_
     found = ex.records(rows_, s, evals)
     if mteb_tasks:
         evaluate_mteb(found, s.store, mteb_tasks)
-    long = with_mteb_average(ex.run_rows(rows_, s, evals, columns(gold_scores, transfer)))
+    long = with_mteb_average(ex.run_rows(rows_, s, evals, columns(gold_scores, transfer),
+                                         start_metrics=start_columns(gold_scores, transfer)))
     out = HeadToHead(long, summary(long), mteb_table(long), cost_table(long))
     for recipe in recipes:
         by_seeds = seed_tests(by_seed(long, recipe))

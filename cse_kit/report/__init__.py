@@ -24,7 +24,7 @@ from traitlets.config import Config
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
 from ..environment import source_digest, threads_per_worker
-from ..experiments import TABLE_MIMETYPE, resolve_profile
+from ..experiments import CPU_PROFILE_EVIDENCE, CPU_PROFILE_SCOPE, TABLE_MIMETYPE, resolve_profile
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
@@ -182,7 +182,7 @@ def comparison_frame(lines: list[dict]) -> pd.DataFrame:
     """A saved comparison back as compare() made it: JSON wrote NaN as null, so a column of a figure the paper gives
     no numbers for (paper, diff) comes back as None throughout; numbers again, NaN where null."""
     frame = pd.DataFrame(lines)
-    for column in ("paper", "mean", "std", "diff", "n", "tolerance"):
+    for column in ("paper", "mean", "std", "diff", "n", "tolerance", "start_value", "from_start"):
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
@@ -330,7 +330,17 @@ def tally_text(lines: list[dict], profile: str) -> str:
     return "; ".join(parts)
 
 
-def coverage_html(lines: list[dict], profile: str) -> str:
+def scope_html(profile: str, evidence_href: str = CPU_PROFILE_EVIDENCE) -> str:
+    """What the profile can and cannot show, in one sentence with a link to its evidence (cpu), or ""."""
+    if profile != "cpu":
+        return ""
+    return (f"<p class='meta scope'>{html.escape(CPU_PROFILE_SCOPE)} (<a href='{html.escape(evidence_href)}'>"
+            f"{html.escape(CPU_PROFILE_EVIDENCE)}</a>).</p>")
+
+
+def coverage_html(lines: list[dict], profile: str, evidence_href: str = CPU_PROFILE_EVIDENCE) -> str:
+    """The coverage matrix; on cpu, first what the profile can and cannot show (`evidence_href`: the link to its
+    evidence, relative to the page)."""
     data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
     rows = []
     for line in lines:
@@ -341,7 +351,8 @@ def coverage_html(lines: list[dict], profile: str) -> str:
                     f"<td class='status'>{html.escape(line['status'])}</td><td>{html.escape(line['profile'])}</td>"
                     f"<td>{html.escape(line['seeds'])}</td><td>{html.escape(detail)}</td>"
                     f"<td>{nb}</td></tr>")
-    return (f"<p class='meta'>{len(data)} data-bearing tables and figures: {html.escape(tally_text(lines, profile))}. "
+    return (f"{scope_html(profile, evidence_href)}"
+            f"<p class='meta'>{len(data)} data-bearing tables and figures: {html.escape(tally_text(lines, profile))}. "
             "Reproduced means: on the paper profile, every cell within its metric's tolerance; smoke and cpu tables "
             "are built, never reproduced. Schematic figures are listed for completeness.</p><div class='scroll'>"
             "<table class='coverage'><thead><tr><th>paper</th><th>artefact</th><th>what</th><th>status</th>"
@@ -620,7 +631,8 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
                        built=time.strftime("%Y-%m-%d %H:%M"), n_ok=sum(r["status"] != "failed" for r in runs),
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers)
                        + (f"<a href='#paper-comparison'>{COMPARISON_TITLE}</a>" if "comparison" in sections else ""),
-                       tally=html.escape(tally_text(lines, profile)), coverage=coverage_html(lines, profile),
+                       tally=html.escape(tally_text(lines, profile)),
+                       coverage=coverage_html(lines, profile, os.path.relpath(ROOT / CPU_PROFILE_EVIDENCE, out_dir)),
                        sections=sections_html(names, sections, shown_papers),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))
     shared = {html.escape(path): html.escape(name) for path, name in machine_paths(
