@@ -56,6 +56,7 @@ transfer_evaluation = cmp.transfer_evaluation(s.profile, transfer)
 h = cmp.head_to_head(cmp.rows(s.profile, methods, recipes), s, recipes, transfer_evaluation, mteb_tasks,
                      bootstrap_samples, level)
 cmp.show(h, level)
+print("\n".join(h.words))
 
 # %%
 figures, front = cmp.figures(h, recipes[0])

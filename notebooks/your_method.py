@@ -53,6 +53,7 @@ own = {method: (base_preset, {"method": method, "method_options": options})}
 h = cmp.head_to_head(cmp.rows(s.profile, methods, recipes, own), s, recipes, cmp.transfer_evaluation(s.profile),
                      bootstrap_samples=bootstrap_samples, level=level)
 cmp.show(h, level)
+print("\n".join(h.words))
 
 # %%
 figures, front = cmp.figures(h, recipes[0])

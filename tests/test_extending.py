@@ -5,6 +5,7 @@ import csv
 import importlib
 import linecache
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -293,6 +294,8 @@ def test_a_classification_csv_of_mr_gives_the_kits_mr_number(tmp_path, data_dir,
                                                                               "different scores"),
     (["text", "label"], [("good", "pos"), ("fine", "pos")], "all 2 rows are labelled 'pos'; a classifier needs at "
                                                             "least two labels"),
+    (["text", "label"], [("good", "pos")] * 12 + [("bad", "neg")] * 11, "label 'neg' has 11 rows; each label needs "
+                                                                        "at least 12"),
 ])
 def test_a_bad_task_file_is_one_line_naming_the_file_the_row_and_the_fix(tmp_path, header, rows, words):
     path = _write_csv(tmp_path / "mine.csv", header, rows)
@@ -336,3 +339,40 @@ def test_a_dev_set_of_ones_own_selects_the_checkpoint_and_joins_the_key(tmp_path
     assert record_key(cfg, data_dir) != key
     with pytest.raises(ValueError, match="metric dev_data_spearman reads a dev set of your own: set dev_data"):
         TrainConfig(metric="dev_data_spearman")
+
+
+# --- docs/extending.md ---------------------------------------------------------------------------------------------
+
+BLOCK = re.compile(r"^```(\w+)(?: (\S+))?\n(.*?)^```", re.S | re.M)
+
+
+def test_the_docs_code_blocks_run_verbatim(tmp_path, data_dir):
+    """Every block of docs/extending.md as written, in a fresh folder: the files it names are written, the entry
+    point table names the module, and each command runs (the notebook with the repository's notebooks beside it)."""
+    import tomllib
+
+    blocks = BLOCK.findall((REPO / "docs" / "extending.md").read_text())
+    assert [kind for kind, _, _ in blocks] == ["python", "bash", "toml", "bash", "csv", "csv", "bash"]
+    for kind, name, text in blocks:
+        if name:
+            (tmp_path / name).write_text(text)
+    assert (tmp_path / "mymethod.py").read_text() == EXAMPLE.read_text()  # the doc shows the example itself
+    entry = tomllib.loads(blocks[2][2])["project"]["entry-points"]["cse_kit.methods"]
+    assert entry == {"margin-simcse": "mymethod"}
+    (tmp_path / "notebooks").symlink_to(REPO / "notebooks")
+    env = {**os.environ, "CSE_KIT_DATA": str(data_dir), "CSE_KIT_RESULTS": str(tmp_path / "store"),
+           "CSE_KIT_LOG_WITH": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # one shell for all, as a reader's terminal (the first block's export holds for the others)
+    script = "\n".join(f"echo '=== block'\n{text}" for kind, _, text in blocks if kind == "bash")
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = done.stdout.split("=== block\n")[1:]
+    assert "best stsb_spearman" in outputs[0]
+    assert "best dev_data_spearman" in outputs[2] and "pairs" in outputs[2] and "topics" in outputs[2]
+    import nbformat
+
+    shown = "".join(str(o.get("data", {}).get("text/html", "")) + str(o.get("text", ""))
+                    for c in nbformat.read(tmp_path / "your_method_smoke.ipynb", 4).cells
+                    for o in c.get("outputs", []))
+    assert "margin-simcse" in shown and "paired t-test over seeds" in shown and "Pareto front" in shown

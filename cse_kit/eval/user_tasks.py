@@ -7,6 +7,7 @@ under the file's checksum, so an edited file is evaluated again."""
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ..data.loaders import md5_file
 STS_COLUMNS = ("sentence1", "sentence2", "score")
 CLASSIFICATION_COLUMNS = ("text", "label")
 KINDS = {"sts": STS_COLUMNS, "classification": CLASSIFICATION_COLUMNS}
+#: the fewest rows a label can have: 10 outer folds, and 10 inner folds in the 9/10 each outer fold trains on
+MIN_PER_LABEL = 12
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,12 @@ def load_user_sentences(path: Path) -> list[LabelledSentence]:
     if len(ids) < 2:
         raise DataError(f"{path}: all {len(texts)} rows are labelled {next(iter(ids))!r}; a classifier needs at "
                         "least two labels")
+    counts = Counter(label for _, label in texts)
+    few = [label for label, n in counts.items() if n < MIN_PER_LABEL]
+    if few:
+        raise DataError(f"{path}: label {few[0]!r} has {counts[few[0]]} rows; each label needs at least "
+                        f"{MIN_PER_LABEL} (SentEval's 10-fold cross-validation, each training part split 10-fold "
+                        "again to pick the classifier's regularisation)")
     return [LabelledSentence(text, ids[label]) for text, label in texts]
 
 

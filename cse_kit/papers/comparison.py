@@ -494,7 +494,7 @@ def head_to_head(rows_: list[Row], s, recipes: list, transfer: str | None, mteb_
 
 
 def show(h: HeadToHead, level: float) -> None:
-    """Display the head-to-head's tables in a notebook."""
+    """Display the head-to-head's tables in a notebook (the claims in words, h.words, are the caller's to print)."""
     from IPython.display import display
 
     from .. import experiments as ex
@@ -509,7 +509,6 @@ def show(h: HeadToHead, level: float) -> None:
         for name, matrix in matrices.items():
             display(ex.show_values(matrix, f"{recipe}: row − column average STS; * = beyond chance at {level} "
                                           f"({name})"))
-    print("\n".join(h.words))
     display(ex.show_values(h.costs, "Cost on this machine: median s/step, sentences/s, peak memory, the recipe's full "
                                     "run projected over Wiki1M's 1M sentences, and the ratios to SimCSE"))
 
