@@ -376,3 +376,23 @@ def test_the_docs_code_blocks_run_verbatim(tmp_path, data_dir):
                     for c in nbformat.read(tmp_path / "your_method_smoke.ipynb", 4).cells
                     for o in c.get("outputs", []))
     assert "margin-simcse" in shown and "paired t-test over seeds" in shown and "Pareto front" in shown
+
+
+@pytest.mark.parametrize("cluster", ["local", "slurm"])
+def test_workers_and_slurm_jobs_train_a_plugin_method(cluster, request, tmp_path, data_dir, monkeypatch, own_methods):
+    """The report's workers (two local processes) and a SLURM job on the suite's cluster import the method from
+    $CSE_KIT_PLUGINS and train it under the key the submitter computed."""
+    from cse_kit.results import parallel
+
+    if cluster == "slurm":
+        request.getfixturevalue("slurm")
+    path = _plugin(tmp_path, f"worker_method_{cluster}")
+    monkeypatch.setenv("CSE_KIT_PLUGINS", str(path))
+    subjects = [build_config("simcse-bert", "smoke", {"seed": seed, "max_steps": 2, "eval_steps": 2,
+                                                       "method": f"worker_method_{cluster}"}) for seed in (1, 2)]
+    store = ResultStore(tmp_path / "results", data_dir)
+    computed = parallel.compute_all(store, [(s, ("sts_dev",)) for s in subjects], workers=2 if cluster == "local"
+                                    else 1, cluster=cluster, log=lambda *a: None)
+    assert sorted(computed) == sorted(store.key(s) for s in subjects)
+    text = "".join(p.read_text() for p in parallel.jobs_dir(store.root).glob("*_log.out"))
+    assert text.count(f"worker_method_{cluster} (simcse-bert, smoke profile)") == 2  # each run trained by a worker
