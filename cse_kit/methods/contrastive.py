@@ -63,6 +63,11 @@ def make_projector(kind: str, hidden: int, init_std: float = 0.02) -> nn.Module:
     return init_like_official(PROJECTORS[kind](hidden), init_std)
 
 
+def projector_for(kind: str, encoder: nn.Module) -> nn.Module:
+    """The training projector of `encoder`'s width, initialised with its initializer_range (make_projector)."""
+    return make_projector(kind, encoder.config.hidden_size, getattr(encoder.config, "initializer_range", 0.02))
+
+
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     """All processes' rows, in rank order. Backward sums every process's gradient into the local rows, so after
     DDP averages the parameter gradients they equal the single-process gradient of the global-batch loss."""

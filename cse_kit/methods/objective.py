@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..eval.encode import check_pooler, pool
-from .contrastive import gather_with_grad, info_nce, make_projector
+from .contrastive import gather_with_grad, info_nce, projector_for
 from .registry import MethodError
 
 #: the poolers that read more than the last layer (the encoder must return its hidden states)
@@ -97,8 +97,7 @@ class Objective(nn.Module):
         self.tokenizer = tokenizer
         self.pooler = check_pooler(pooler)
         self.temp = temp
-        self.projector = make_projector(projector, encoder.config.hidden_size,
-                                        getattr(encoder.config, "initializer_range", 0.02))
+        self.projector = projector_for(projector, encoder)
         self.options = options
 
     @classmethod

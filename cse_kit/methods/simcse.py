@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..eval.encode import check_pooler, pool
-from .contrastive import info_nce, make_projector, official_share
+from .contrastive import info_nce, official_share, projector_for
 from .registry import register
 
 
@@ -25,8 +25,7 @@ class SimCSE(nn.Module):
         self.encoder = encoder
         self.pooler = check_pooler(pooler)
         self.projector_kind = projector
-        self.projector = make_projector(projector, encoder.config.hidden_size,
-                                        getattr(encoder.config, "initializer_range", 0.02))
+        self.projector = projector_for(projector, encoder)
         self.temp = temp
         self.hard_negative_weight = hard_negative_weight
         if keep_projector and not (projector == "mlp" and pooler == "cls_before_pooler"):
