@@ -46,7 +46,10 @@ def describe(device: str | torch.device | None = None) -> dict:
     else:
         env["cpu"] = platform.processor() or platform.machine()
         env["cpu_model"] = cpu_model()
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # ATen's SIMD kernels: AVX512, AVX2, ...
         env["cpu_bf16"] = cpu_bf16_unit()  # the unit that multiplies bf16 natively, or None
+        if env["cpu_bf16"] != detected_bf16_unit():  # $CSE_KIT_CPU_UNIT's emulated CPU class: said with the numbers
+            env["cpu_bf16_detected"] = detected_bf16_unit()
     return env
 
 
@@ -95,16 +98,58 @@ def cpu_flags(cpuinfo: str) -> set[str]:
     return set()
 
 
+#: names the bf16 unit instead of /proc/cpuinfo (docs/install.md, "CPU classes"): AMX-BF16, AVX512-BF16 or none. Naming
+#: a unit the CPU lacks is a test override (the kit resolves `auto` and names records as that CPU class would while
+#: oneDNN runs what this CPU has; the records say so, cpu_bf16_detected); naming a lesser one narrows what is real.
+CPU_UNIT_ENV = "CSE_KIT_CPU_UNIT"
+NO_UNIT = "none"
+
+#: ONEDNN_MAX_CPU_ISA (oneDNN's instruction-set limit) -> the best bf16 unit oneDNN runs under it; below AVX512_CORE_BF16
+#: it emulates bf16
+ISA_UNITS = {**dict.fromkeys(("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")),
+             **dict.fromkeys(("AVX512_CORE_BF16", "AVX10_1_512", "AVX512_CORE_FP16", "AVX10_2_512"), "AVX512-BF16"),
+             **dict.fromkeys(("AVX10_1_512_AMX", "AVX512_CORE_AMX", "AVX10_1_512_AMX_FP16", "AVX512_CORE_AMX_FP16",
+                              "AVX10_2_512_AMX_2", "ALL", "DEFAULT"), "AMX-BF16")}
+
+
 @lru_cache(maxsize=1)
 def cpu_bf16_unit() -> str | None:
-    """The name of this CPU's native bf16 multiply (AMX-BF16, AVX512-BF16), or None: no such unit, not Linux, or a
-    torch whose oneDNN runs no bf16."""
+    """The name of this CPU's native bf16 multiply (AMX-BF16, AVX512-BF16), or None: no such unit, not Linux, a
+    torch whose oneDNN runs no bf16, or one that ONEDNN_MAX_CPU_ISA keeps oneDNN from; $CSE_KIT_CPU_UNIT instead."""
+    chosen = os.environ.get(CPU_UNIT_ENV, "").strip()
+    if chosen:
+        return chosen_unit(chosen)
+    return detected_bf16_unit()
+
+
+def chosen_unit(text: str) -> str | None:
+    """$CSE_KIT_CPU_UNIT's unit (case-insensitive), or a ValueError naming the values."""
+    names = {name.lower(): name for _, name in BF16_UNITS} | {NO_UNIT: None}
+    if text.lower() not in names:
+        raise ValueError(f"{CPU_UNIT_ENV}={text!r} names no CPU class: set it to one of "
+                         f"{', '.join(n for _, n in BF16_UNITS)} or {NO_UNIT}, or unset it")
+    return names[text.lower()]
+
+
+@lru_cache(maxsize=1)
+def detected_bf16_unit() -> str | None:
+    """cpu_bf16_unit() as /proc/cpuinfo, torch and ONEDNN_MAX_CPU_ISA have it, without $CSE_KIT_CPU_UNIT."""
     try:
         flags = cpu_flags(Path("/proc/cpuinfo").read_text()) if platform.system() == "Linux" else set()
     except OSError:
         flags = set()
     unit = bf16_unit_of(flags)
-    return unit if unit and torch.backends.mkldnn.is_available() else None
+    return capped_by_isa(unit, os.environ.get("ONEDNN_MAX_CPU_ISA")) if torch.backends.mkldnn.is_available() \
+        else None
+
+
+def capped_by_isa(unit: str | None, max_isa: str | None) -> str | None:
+    """The lesser of `unit` and the best one oneDNN runs under ONEDNN_MAX_CPU_ISA=max_isa (unset or unknown: unit)."""
+    isa = (max_isa or "").strip().upper()
+    if isa not in ISA_UNITS:
+        return unit
+    speed = [name for _, name in BF16_UNITS] + [None]  # the fastest first
+    return max(unit, ISA_UNITS[isa], key=speed.index)
 
 
 def bf16_unit_of(flags: set[str]) -> str | None:
