@@ -359,6 +359,16 @@ def _stale_status(results_dir) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from . import doctor
+
+    try:
+        return doctor.run(args.quick, args.data_dir, args.cluster, args.write_references, args.references)
+    except doctor.JobFailed as error:
+        print(f"cse-kit: error: {error}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cse-kit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -511,6 +521,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stale", action="store_true", help="list the records computed with other major.minor versions "
                                                         "of torch, transformers, ... than this environment's")
     p.set_defaults(func=cmd_status)
+
+    from .doctor import QUICK_TRANSFER, REFERENCES, WRITE_COMMAND
+
+    p = sub.add_parser("doctor", help="does this machine and library stack reproduce the kit's reference numbers? "
+                                      "One line per check; exit 1 when one differs beyond its tolerance")
+    p.add_argument("--quick", action="store_true",
+                   help=f"leave out the main command's transfer tasks but {QUICK_TRANSFER} (their 100k sentences): "
+                        "under 3 minutes on 2 cores")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
+                   help="slurm: measure in a SLURM job, on the nodes that will train ($CSE_KIT_EXECUTOR_PARAMS, "
+                        "e.g. '{\"slurm_partition\": \"gpu\"}')")
+    p.add_argument("--write-references", action="store_true",
+                   help=f"after an intended change, write what is measured as the references ({WRITE_COMMAND})")
+    p.add_argument("--references", default=REFERENCES, metavar="FILE",
+                   help="compare with (or write) this file instead of the kit's (a lab's own references)")
+    _data_dir_arg(p)
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

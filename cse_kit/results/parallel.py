@@ -228,7 +228,7 @@ def worker_threads(workers: int, cluster: str) -> int | None:
     return threads_per_worker(workers)
 
 
-def _executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:
+def executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:
     """One submitit executor per worker: locally each pinned to one GPU (round robin) when there are GPUs."""
     import submitit
     import torch
@@ -264,8 +264,8 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     starts = [i * len(pending) // n for i in range(n)]
     jobs = [executor.submit(Drain(), str(store.root), store.data_dir, pending[start:] + pending[:start], store.amp,
                             worker_threads(n, cluster))
-            for start, executor in zip(starts, _executors(folder, n, cluster, job_resources(pending)))]
-    ended = _wait_quietly(jobs) if cluster == "slurm" else jobs
+            for start, executor in zip(starts, executors(folder, n, cluster, job_resources(pending)))]
+    ended = wait_quietly(jobs) if cluster == "slurm" else jobs
     for job in jobs:
         try:
             if job not in ended:
@@ -280,7 +280,7 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
     return computed
 
 
-def _wait_quietly(jobs: list, poll_s: float = 1.0, queue_every_s: float = 10.0) -> list:
+def wait_quietly(jobs: list, poll_s: float = 1.0, queue_every_s: float = 10.0) -> list:
     """Wait for SLURM jobs; returns those that ended with a result. submitit's own wait asks SLURM's accounting
     (sacct) every few seconds and lets its complaints through, "Slurm accounting storage is disabled" once per poll
     where there is none: here each job's result file is watched, and squeue (no accounting needed) says when a job
