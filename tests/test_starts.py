@@ -86,3 +86,20 @@ def test_the_cpu_coverage_says_what_the_profile_can_and_cannot_show_and_links_th
     cpu = coverage_html([], "cpu")
     assert ex.CPU_PROFILE_SCOPE in cpu.replace("&#x27;", "'") and ex.CPU_PROFILE_EVIDENCE in cpu
     assert ex.CPU_PROFILE_SCOPE not in coverage_html([], "smoke")
+
+
+def test_the_report_keeps_the_notebooks_order_of_extra_tables_and_their_columns():
+    from cse_kit.report import table_html
+
+    scores = [{"method": "SimCSE", "Avg. STS mean": 74.85, "start": "untrained all-MiniLM-L6-v2 (cls_before_pooler)",
+               "start Avg. STS": 73.69, "Avg. STS − start": 1.16}]
+    extra = {"tables": {"scores": scores, "cost": [{"method": "SimCSE", "s/step": 0.59}]}}
+    # the display message reaches the report with its keys sorted (nbformat): the layout saved beside them restores it
+    arrived = {"tables": {caption: [dict(sorted(r.items())) for r in records]
+                          for caption, records in sorted(extra["tables"].items())}}
+    table = {"title": "t", "profile": "cpu", "profile_note": "", "seeds": [42], "comparison": [], "notes": [],
+             "figures": [], "extra": arrived, "extra_layout": ex.extra_layout(extra)}
+    shown = table_html(table, "t")
+    assert shown.index(">scores<") < shown.index(">cost<")
+    headers = [shown.index(f"<th>{c}</th>") for c in scores[0]]
+    assert headers == sorted(headers)

@@ -539,10 +539,21 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
                          + ([stale_note(s.stale)] if s.stale else []),
                          "figures": [to_data_uri(f) for f in figures],
                          "comparison": [] if comparison is None else json.loads(comparison.to_json(orient="records")),
-                         "extra": extra or {}, "environment": describe(), "evaluation_amp": s.store.amp,
+                         "extra": extra or {}, "extra_layout": extra_layout(extra or {}),
+                         "environment": describe(), "evaluation_amp": s.store.amp,
                          "written": time.strftime("%Y-%m-%dT%H:%M:%S")})
     write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
     _publish(table)
+
+
+def extra_layout(extra: dict) -> dict:
+    """The order of the extra tables and of each one's columns, as the notebook made them: the display message that
+    carries the table to the report has its keys sorted on the way (nbformat), which put a table's `method` column
+    fifth and its `cost` table before its `scores`."""
+    tables = extra.get("tables", {})
+    columns = {caption: list(dict.fromkeys(k for record in records for k in record))
+               for caption, records in tables.items()}
+    return {"tables": list(tables), "columns": columns}
 
 
 def strict_json(value):

@@ -200,8 +200,12 @@ def table_html(table: dict, uid: str) -> str:
         parts.append(f"<details><summary>long form (every row × column)</summary>{long_form_html(frame)}</details>")
     for note in table["notes"]:
         parts.append(f"<p class='note'>{html.escape(note)}</p>")
-    for caption, records in table.get("extra", {}).get("tables", {}).items():
-        parts.append(f"{values_html(pd.DataFrame(records))}<p class='meta'>{html.escape(caption)}</p>")
+    tables = table.get("extra", {}).get("tables", {})
+    layout = table.get("extra_layout", {})
+    for caption in layout.get("tables") or tables:
+        frame = pd.DataFrame(tables[caption])
+        frame = frame[layout.get("columns", {}).get(caption) or list(frame)]
+        parts.append(f"{values_html(frame)}<p class='meta'>{html.escape(caption)}</p>")
     examples = table.get("extra", {}).get("examples")
     if examples:
         parts.append(values_html(pd.DataFrame(examples)))
