@@ -56,15 +56,14 @@ class Shifted(FromZero):
                           position_ids=positions.expand(len(input_ids), -1), **kwargs)
 
 
-def scores(model, tokenizer, pooler: str, test: bool) -> dict[str, float]:
+def scores(model, tokenizer, pooler: str, test: bool, data_dir=None) -> dict[str, float]:
     """STS-B dev Spearman, and the 7-STS test average with `test`."""
     encoder = Encoder(model, tokenizer, pooler, progress=False)
-    out = {"STS-B dev": correlations(*pair_scores(encoder, load_sts("STSBenchmark", "dev")))["spearman"]}
+    out = {"STS-B dev": correlations(*pair_scores(encoder, load_sts("STSBenchmark", "dev", data_dir)))["spearman"]}
     if test:
-        sims = test_similarities(encoder)
-        out["7-STS test"] = float(np.mean([correlations(np.array(sims[t]),
-                                                        np.array([p.score for p in test_pairs(t)]))["spearman"]
-                                           for t in STS_YEARS + SPLIT_TASKS]))
+        sims = test_similarities(encoder, data_dir)
+        out["7-STS test"] = float(np.mean([correlations(np.array(sims[t]), np.array(
+            [p.score for p in test_pairs(t, data_dir)]))["spearman"] for t in STS_YEARS + SPLIT_TASKS]))
     return out
 
 
@@ -77,6 +76,7 @@ def main() -> None:
                         help="also the 7-STS test average (minutes a line on a CPU): of every line, or of the lines "
                              "whose keys are given, comma-separated (e.g. fresh,run)")
     parser.add_argument("--run", help="a trained DiffAug run folder (its stage1.safetensors and model/)")
+    parser.add_argument("--data-dir", help="data directory (default: $CSE_KIT_DATA, else data/)")
     args = parser.parse_args()
 
     tokenizer, encoder = load_model(args.model)
@@ -107,7 +107,7 @@ def main() -> None:
     print("| line | model | pooler | STS-B dev | 7-STS test | seconds |\n|---|---|---|---|---|---|")
     for key, what, model, pooler in lines:
         start = time.perf_counter()
-        numbers = scores(model, tokenizer, pooler, key in tested)
+        numbers = scores(model, tokenizer, pooler, key in tested, args.data_dir)
         print(f"| {key} | {what} | {pooler} | {numbers['STS-B dev']:.2f} | "
               f"{numbers.get('7-STS test', float('nan')):.2f} | {time.perf_counter() - start:.0f} |", flush=True)
 

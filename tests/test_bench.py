@@ -314,3 +314,16 @@ def test_report_speed_records_the_seconds_the_report_starts_longest_first_by(tmp
     assert "recorded 2 notebooks' seconds" in capsys.readouterr().out
     assert report.longest_first(["figure2_cosine", "table8_lambda", "compare_methods"], "smoke") == [
         "compare_methods", "table8_lambda", "figure2_cosine"]
+
+
+@pytest.mark.slow  # a benchmark script's own run: a 7-STS test encoding, checked with -m slow
+def test_diffaug_start_reads_each_part_of_diffaugs_test_model_apart(data_dir):
+    """bench/diffaug_start.py on the smoke BERT: a line per reading, and DiffAug's freshly initialised prefix reads as
+    a zero one does (its values are about 0: what the test model loses is where the prefix puts the sentence)."""
+    lines = [line.split(" | ") for line in run_bench("diffaug_start.py", "--model", "smoke-bert", "--test", "fresh",
+                                                     data_dir=data_dir).splitlines()[2:]]
+    dev = {line[0].strip("| "): float(line[3]) for line in lines}
+    assert list(dev) == ["avg", "cls_before_pooler", "prompt_mask", "prompt_mask_denoised", "shift", "zero",
+                         "zero+shift", "fresh"]
+    assert abs(dev["fresh"] - dev["zero+shift"]) < 1 and dev["fresh"] != dev["prompt_mask"]
+    assert math.isfinite(float(lines[-1][4])) and lines[0][4] == "nan"  # the 7-STS test of the named line only
