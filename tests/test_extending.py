@@ -396,3 +396,21 @@ def test_workers_and_slurm_jobs_train_a_plugin_method(cluster, request, tmp_path
     assert sorted(computed) == sorted(store.key(s) for s in subjects)
     text = "".join(p.read_text() for p in parallel.jobs_dir(store.root).glob("*_log.out"))
     assert text.count(f"worker_method_{cluster} (simcse-bert, smoke profile)") == 2  # each run trained by a worker
+
+
+def test_a_run_of_ones_own_method_publishes_with_a_card_that_cites_no_paper_for_it(tmp_path, data_dir, own_methods):
+    """`cse-kit publish` of a method of one's own: its card names it as one's own with its source digest, prints no
+    paper's numbers beside it (its preset is SimCSE's, its method is not), and cites SimCSE as its baseline."""
+    from huggingface_hub import ModelCard
+
+    from cse_kit.papers import publish
+
+    registry.import_plugin(str(EXAMPLE))
+    store = ResultStore(tmp_path / "store", data_dir)
+    record = store.get(build_config("simcse-bert", "smoke", {"method": "margin-simcse", "seed": 1}), ("sts_test",))
+    assert record["method_source"] == registry.method_digest(method_class("margin-simcse"))
+    out = publish.publish(record["key"], tmp_path / "out", results_dir=store.root)
+    card = ModelCard.load(out.folder / "README.md")
+    assert "> **Not a paper's model.**" in card.content and "`margin-simcse`, a method of one's own" in card.content
+    assert record["method_source"] in card.content and "Gao" in card.content  # SimCSE, its baseline, cited
+    assert "Table 1" not in card.content  # SimCSE's printed row is not this method's

@@ -32,6 +32,21 @@ from ..train.export import METADATA, ST_POOLING, read_metadata
 METHOD_PAPERS = {"simcse": ("simcse", ()), "diffcse": ("diffcse", ("simcse",)), "scd": ("scd", ("simcse",)),
                  "esimcse": ("esimcse", ("simcse",)), "diffaug": ("diffaug", ("simcse", "promptbert")),
                  "promptbert": ("promptbert", ("simcse",)), "consert": ("consert", ("simcse",))}
+#: a method of one's own (docs/extending.md): no paper yet; cited beside SimCSE, the preset family it trains on
+OWN_METHOD_PAPERS = (None, ("simcse",))
+
+
+def method_papers(method: str) -> tuple[str | None, tuple]:
+    """(the paper a method is from, its baselines' papers); a method of one's own is from none."""
+    return METHOD_PAPERS.get(method, OWN_METHOD_PAPERS)
+
+
+def method_words(method: str) -> str:
+    """How a card names a method's origin: its paper, or a method of one's own."""
+    paper_key, _ = method_papers(method)
+    return citations()[paper_key]["paper"] if paper_key else f"`{method}`, a method of one's own"
+
+
 #: preset -> the printed rows that stand for it: (paper, table, row) with STS columns (STS12 ... Avg.) or transfer
 #: columns (MR ... Avg.); an official-code preset stands for the paper's row as its paper preset does
 PAPER_ROWS = {
@@ -227,9 +242,14 @@ def over_seeds(values: list[float]) -> tuple[float, float, int]:
     return mean, std, n
 
 
-def paper_numbers(preset: str | None, kind: str) -> tuple[str, dict] | None:
+def paper_numbers(preset: str | None, kind: str, method: str | None = None) -> tuple[str, dict] | None:
     """(where: "DiffCSE Table 1, DiffCSE-BERT-base", column -> printed value) of the preset's row of `kind` ("sts" or
-    "transfer"), or None where the papers print none."""
+    "transfer"), or None where the papers print none; none either for another method trained on the preset (a method
+    of one's own on SimCSE's preset is not SimCSE)."""
+    from ..train.presets import PRESETS
+
+    if method is not None and preset in PRESETS and PRESETS[preset][1]["method"] != method:
+        return None
     for paper, table, row in PAPER_ROWS.get(preset, []):
         spec = paper_spec(paper)["tables"][str(table)]
         if (kind == "sts") != ("STS12" in spec["columns"]):
@@ -341,7 +361,8 @@ def publish(target: str, out, *, results_dir=None, repo_id: str | None = None, l
 
 def model_name(run: Run, repo_id: str | None) -> str:
     """ORG/NAME: the repository's, else cse-kit/<preset>-<profile>-seed<seed> (MTEB's model names have an org)."""
-    return repo_id or f"cse-kit/{run.preset or run.method}-{run.profile}-seed{run.config.get('seed')}"
+    named = run.preset if run.preset and run.method in METHOD_PAPERS else run.method  # one's own: its name
+    return repo_id or f"cse-kit/{named}-{run.profile}-seed{run.config.get('seed')}"
 
 
 def mteb_revision(run: Run) -> str:
@@ -365,7 +386,8 @@ def write_mteb_results(run: Run, folder: Path, repo_id: str | None) -> Path:
         else ["PyTorch"], "similarity_fn_name": ScoringFunction.COSINE, "use_instructions": False, "adapted_from": base[0],
         "reference": f"https://huggingface.co/{repo_id}" if repo_id else None,
         "public_training_code": "https://github.com/voidism/DiffCSE" if run.method == "diffcse" else None,
-        "citation": citations()[METHOD_PAPERS[run.method][0]]["bibtex"], "training_datasets": set(),
+        "citation": citations()[method_papers(run.method)[0]]["bibtex"] if method_papers(run.method)[0] else None,
+        "training_datasets": set(),
         "n_parameters": _parameters(run.model_dir)})
     where = folder / name.replace("/", "__") / mteb_revision(run)
     where.mkdir(parents=True)
@@ -454,13 +476,13 @@ def card_data(run: Run, kind: str, repo_id: str | None, license: str | None):
     """The front matter, as huggingface_hub writes it (ModelCardData; EvalResult for model-index)."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    paper_key, _ = METHOD_PAPERS[run.method]
+    paper_key, _ = method_papers(run.method)
     cite = citations()
     base, base_license = BASE_MODELS.get(run.config.get("model", ""), (None, None))
     honest = run.profile in NOT_PAPER_PROFILES
     tags = ["cse-kit", "sentence-similarity", "feature-extraction", "contrastive-learning", run.method,
             f"cse-kit-profile-{run.profile}"]
-    tags += [f"arxiv:{cite[paper_key]['arxiv']}"] if cite[paper_key].get("arxiv") else []
+    tags += [f"arxiv:{cite[paper_key]['arxiv']}"] if paper_key and cite[paper_key].get("arxiv") else []
     if kind == "sentence-transformers":
         tags.insert(0, "sentence-transformers")
     if run.record and mteb_values(run.record) and not honest:
@@ -468,7 +490,8 @@ def card_data(run: Run, kind: str, repo_id: str | None, license: str | None):
     datasets = sorted({DATASETS[d] for d in (run.config.get("data"), run.config.get("nli_data")) if d in DATASETS})
     name = model_name(run, repo_id)
     if honest:
-        name += f" ({run.profile} profile: not the {cite[paper_key]['paper']} paper's model)"
+        name += f" ({run.profile} profile: not the {cite[paper_key]['paper']} paper's model)" if paper_key else \
+            f" ({run.profile} profile)"
     source = {}
     results = []
     record = run.record
@@ -557,24 +580,24 @@ def _licence_words(model: str, license: str | None) -> str:
 
 def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=None):
     cite = citations()
-    paper_key, baselines = METHOD_PAPERS[run.method]
-    paper = cite[paper_key]["paper"]
+    paper_key, baselines = method_papers(run.method)
+    paper = method_words(run.method)
     record, config = run.record, run.config
     ref = repo_id or "path/to/this/folder"
     seed = config.get("seed")
     yield f"# {data.model_name}"
     yield ""
     if run.profile in NOT_PAPER_PROFILES:
-        yield (f"> **Not the {paper} paper's model.** A `{run.profile}`-profile run of cse-kit: {PROFILE_NOTES[run.profile]}. "
+        yield (f"> **Not {'the ' + paper + ' paper' if paper_key else 'a paper'}'s model.** A `{run.profile}`-profile run of cse-kit: {PROFILE_NOTES[run.profile]}. "
                f"Base model: {_base_words(config['model'])}; training data: {_data_words(config)}"
-               + (f"; {record['train']['steps']} steps" if record else "") + ". Its numbers below are not "
-               f"comparable to the paper's, which are printed beside them for reference only.")
+               + (f"; {record['train']['steps']} steps" if record else "") + (". Its numbers below are not "
+               "comparable to the paper's, which are printed beside them for reference only." if paper_key else "."))
         yield ""
     what = f"{paper}"
     if paper_key in PAPERS:
         spec = paper_spec(paper_key)
         what = f"{paper} ({spec['title']}, {spec['venue']})"
-    yield (f"A sentence encoder trained with cse-kit by the {what} objective"
+    yield (f"A sentence encoder trained with cse-kit by " + (f"the {what} objective" if paper_key else what)
            + (f", preset `{run.preset}`" if run.preset else "") + f", seed {seed}. It maps a sentence to one "
            f"{_embed_dim(run.model_dir)}-dimensional vector; compare two with cosine similarity.")
     yield ""
@@ -625,11 +648,15 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
         yield ""
     yield "## Citation"
     yield ""
-    yield f"The method, {paper}:"
-    yield ""
-    yield "```bibtex"
-    yield cite[paper_key]["bibtex"]
-    yield "```"
+    if paper_key:
+        yield f"The method, {paper}:"
+        yield ""
+        yield "```bibtex"
+        yield cite[paper_key]["bibtex"]
+        yield "```"
+    else:
+        yield (f"The method is {paper}, from no paper yet; the run's record holds the digest of its source "
+               f"(`{(run.record or {}).get('method_source', 'not stored')}`).")
     if baselines:
         yield ""
         yield "Its baselines: " + ", ".join(cite[b]["paper"] for b in baselines) + "."
@@ -665,7 +692,7 @@ def _results(run: Run, paper: str):
     sts = sts_values(record)
     if sts:
         sample = record["metrics"]["sts_test"].get("sample_per_subset")
-        where = paper_numbers(run.preset, "sts")
+        where = paper_numbers(run.preset, "sts", run.method)
         yield ("**STS test** (Spearman correlation of cosine similarities ×100; SentEval, STS12-16 in the 'all' "
                "aggregation, as the papers)" + (f"; {sample} sampled pairs per subset (smoke profile)" if sample
                                                  else "") + ":")
@@ -674,7 +701,7 @@ def _results(run: Run, paper: str):
     transfer = transfer_values(record)
     if transfer:
         evaluation, values = transfer
-        where = paper_numbers(run.preset, "transfer")
+        where = paper_numbers(run.preset, "transfer", run.method)
         yield (f"**Transfer test** (accuracy; SentEval's `{evaluation.removeprefix('transfer_')}` configuration)"
                + (f"; {record['metrics'][evaluation]['sample_per_split']} sampled records per split"
                   if record["metrics"][evaluation].get("sample_per_split") else "") + ":")

@@ -387,6 +387,8 @@ class ResultStore:
                   "data_checksums": data_checksums(), "environment": describe(), "metrics": {}, "timings": {},
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **({"evaluation_amp": True} if self.amp else {})}
         if isinstance(subject, TrainConfig):
+            if source := method_digest(method_class(subject.method)):
+                record["method_source"] = source  # a researcher's method: which version of its module trained it
             record.update(self._train(key, subject))
         else:
             record["model_dir"], record["pooler"] = subject.model, subject.pooler
