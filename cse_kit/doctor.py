@@ -241,8 +241,7 @@ def updated_references(measured: dict, references: dict | None, command: str) ->
     kept = {} if references is None else {name: (entry["value"], references["provenances"][entry["provenance"]])
                                           for name, entry in references["values"].items()
                                           if name not in measured["values"]}
-    new = {**measured["environment"], "date": date.today().isoformat(), "command": command,
-           "seconds": round(measured["seconds"], 1)}
+    new = {**measured["environment"], "date": date.today().isoformat(), "command": command}
     provenances, values = [new], {}
     for check in checks():
         if check.name in measured["values"]:

@@ -1,0 +1,228 @@
+"""`cse-kit doctor` (issue 59): one line per check against the committed references, the likely cause of a number
+that moved, exit 1 when one differs beyond its tolerance, --quick, --write-references, a SLURM job; and the CPU
+classes (AVX2 only, AVX512-BF16, AMX) emulated with ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and $CSE_KIT_CPU_UNIT."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import cli_env
+from cse_kit import cli, doctor
+from cse_kit.environment import CPU_UNIT_ENV, capped_by_isa, chosen_unit
+
+#: what a machine of each CPU class runs, emulated on whatever CPU runs the tests (docs/install.md, "CPU classes"):
+#: the AVX2 class narrows what is real on any x86 CPU with AVX2; the AVX512-BF16 class narrows an AMX CPU and is
+#: real here; the AMX class names a unit this CPU may lack ($CSE_KIT_CPU_UNIT as a test override)
+CPU_CLASSES = {
+    "AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "AVX512-BF16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", CPU_UNIT_ENV: "AVX512-BF16"},
+    "AMX-BF16": {CPU_UNIT_ENV: "AMX-BF16"},
+}
+
+
+def as_cpu_class(name: str) -> dict:
+    return {**cli_env(), **CPU_CLASSES[name]}
+
+
+def python(code: str, env: dict) -> str:
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def measured_as_references(references: dict, quick: bool, **environment) -> dict:
+    """What measure() returns where every number is its reference's, in this environment changed by `environment`."""
+    values = {c.name: references["values"][c.name]["value"] for c in doctor.selected(quick) if doctor.runs_here(c)}
+    return {"environment": {**doctor.environment(), **environment}, "values": values, "seconds": 1.0}
+
+
+def line_of(lines, name: str) -> str:
+    """The verdict line of check `name` (its status first)."""
+    [line] = [line for line in lines if line.split(" ", 1)[-1].lstrip().startswith(name + " ")]
+    return line
+
+
+def doctor_cli(monkeypatch, capsys, measured: dict, *args) -> tuple[int, list[str]]:
+    """`cse-kit doctor *args` with measure() answering `measured`: (exit code, its lines)."""
+    monkeypatch.setattr(doctor, "measure", lambda quick, data_dir: measured)
+    code = cli.main(["doctor", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_the_references_name_every_check_with_where_and_how_they_were_measured():
+    references = doctor.read_references()
+    assert set(references["values"]) == {c.name for c in doctor.checks()}
+    assert len([c for c in doctor.checks() if c.name.startswith("main command: ")]) == 16
+    for provenance in references["provenances"]:
+        assert provenance["command"].startswith(doctor.WRITE_COMMAND) and provenance["date"]
+        for key in ("cpu_model", "cpu_capability", "cpu_bf16", "torch_threads", "torch", "transformers", "platform"):
+            assert key in provenance
+    main = {name.removeprefix("main command: "): entry["value"] for name, entry in references["values"].items()
+            if name.startswith("main command: ")}
+    # the README's table of the main command, to its two decimals
+    assert [round(main[t], 2) for t in ("STS12", "STSBenchmark", "STS avg", "CR", "transfer avg")] == \
+        [72.37, 82.03, 78.87, 82.07, 82.52]
+
+
+def test_the_same_numbers_pass_with_one_line_per_check(monkeypatch, capsys):
+    references = doctor.read_references()
+    code, lines = doctor_cli(monkeypatch, capsys, measured_as_references(references, quick=False))
+    assert code == 0
+    verdicts = [line for line in lines if line.split(" ")[0] in ("same", "DIFFERS", "skipped", "missing")]
+    assert len(verdicts) == len(doctor.checks()) and all(v.startswith(("same ", "skipped ")) for v in verdicts)
+    assert lines[-1].endswith("this machine and library stack reproduce the kit's reference numbers")
+
+
+def test_quick_keeps_the_sts_numbers_cr_the_smoke_runs_and_the_steps(monkeypatch, capsys):
+    references = doctor.read_references()
+    code, lines = doctor_cli(monkeypatch, capsys, measured_as_references(references, quick=True), "--quick")
+    assert code == 0 and "not its other transfer tasks" in lines[0]
+    for kept in ("main command: CR", "main command: STS avg", "SimCSE smoke run: loss", "cpu-profile steps, fp32: loss"):
+        assert line_of(lines, kept)
+    assert not [line for line in lines if "main command: MR " in line or "transfer avg" in line]
+    assert len(lines) == 2 + len(doctor.selected(quick=True)) + 1
+
+
+def test_a_number_beyond_its_tolerance_exits_1_naming_it_its_difference_and_the_likely_cause(monkeypatch, capsys,
+                                                                                              tmp_path):
+    """A tampered references file: the check it moved differs (exit 1), the line says by how much and what differs
+    from the references' environment, and the summary names the command that refreshes the references."""
+    references = doctor.read_references()
+    measured = measured_as_references(references, quick=True, transformers="5.0.0", torch_threads=64)
+    tampered = json.loads(json.dumps(references))
+    tampered["values"]["main command: STS12"]["value"] += 0.5
+    tampered["values"]["DiffCSE smoke run: loss"]["value"][5] -= 0.01
+    path = tmp_path / "references.json"
+    path.write_text(json.dumps(tampered))
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick", "--references", str(path))
+    assert code == 1
+    differs = [line for line in lines if line.startswith("DIFFERS")]
+    assert differs == [line_of(lines, "main command: STS12"), line_of(lines, "DiffCSE smoke run: loss")]
+    assert "Δ 0.5 > 0.01" in differs[0] and "Δ 0.01 at step 6 > 0.0001" in differs[1]
+    provenance = references["provenances"][0]
+    assert (f"likely cause: transformers 5.0.0 here, {provenance['transformers']} in the references; threads 64 here, "
+            f"{provenance['torch_threads']} in the references") in differs[0]
+    assert lines[-1].startswith(f"{len(doctor.selected(quick=True)) - 2} same, 2 differs")
+    assert lines[-1].endswith(f"`{doctor.WRITE_COMMAND}`")
+
+
+def test_the_likely_cause_names_the_cpu_the_bf16_unit_for_bf16_numbers_and_else_the_code():
+    here = {**doctor.environment(), "cpu_capability": "AVX2", "cpu_bf16": None}
+    there = {**doctor.environment(), "cpu_capability": "AVX512", "cpu_bf16": "AVX512-BF16"}
+    fp32, bf16 = (c for c in doctor.checks() if c.name.startswith("cpu-profile steps"))
+    assert doctor.likely_causes(here, there, fp32) == ["CPU kernels AVX2 here, AVX512 in the references"]
+    assert doctor.likely_causes(here, there, bf16)[-1] == "bf16 unit None here, AVX512-BF16 in the references"
+    assert doctor.likely_causes(here, {**here, "number_code": "0"}, fp32) == [
+        "the kit's training and evaluation code changed since the references were written"]
+
+
+def test_write_references_keeps_what_it_did_not_measure_with_its_own_provenance(monkeypatch, capsys, tmp_path):
+    references = doctor.read_references()
+    path = tmp_path / "references.json"
+    path.write_text(json.dumps(references))
+    measured = measured_as_references(references, quick=True, cpu_bf16=None, cpu_capability="AVX2")
+    measured["values"] = {k: v for k, v in measured["values"].items() if "bf16" not in k}
+    measured["values"]["main command: STS12"] += 0.001
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick", "--write-references", "--references", str(path))
+    assert code == 0 and lines[-1].startswith(f"wrote {len(measured['values'])} reference values to {path}")
+    written = doctor.read_references(path)
+    assert written["values"]["main command: STS12"]["value"] == measured["values"]["main command: STS12"]
+    new = written["provenances"][written["values"]["main command: STS12"]["provenance"]]
+    assert new["cpu_capability"] == "AVX2" and new["command"] == f"{doctor.WRITE_COMMAND} --quick"
+    for kept in ("main command: MR", "cpu-profile steps, bf16: loss"):  # not measured: the old value and provenance
+        assert written["values"][kept]["value"] == references["values"][kept]["value"]
+        assert written["provenances"][written["values"][kept]["provenance"]]["cpu_bf16"] == \
+            references["provenances"][references["values"][kept]["provenance"]]["cpu_bf16"]
+
+
+def test_a_broken_references_file_is_one_line_naming_the_fix(tmp_path, capsys):
+    path = tmp_path / "references.json"
+    path.write_text("{not json")
+    assert cli.main(["doctor", "--references", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and doctor.WRITE_COMMAND in err and "git checkout" in err
+
+
+# ---- the CPU classes, emulated ----
+
+def test_the_unit_override_and_onednn_s_limit():
+    assert [chosen_unit(v) for v in ("AMX-BF16", "avx512-bf16", "none")] == ["AMX-BF16", "AVX512-BF16", None]
+    with pytest.raises(ValueError, match="set it to one of AMX-BF16, AVX512-BF16 or none"):
+        chosen_unit("avx2")
+    assert capped_by_isa("AMX-BF16", "AVX512_CORE_BF16") == "AVX512-BF16"
+    assert capped_by_isa("AMX-BF16", "avx2") is None and capped_by_isa("AVX512-BF16", "AVX512_CORE") is None
+    assert capped_by_isa("AVX512-BF16", "AVX512_CORE_AMX") == "AVX512-BF16"  # a limit never adds a unit
+    assert capped_by_isa(None, None) is None and capped_by_isa("AMX-BF16", "") == "AMX-BF16"
+
+
+SEE_THE_MACHINE = """
+import json
+from cse_kit import doctor
+from cse_kit.environment import describe
+from cse_kit.results import ResultStore
+from cse_kit.train import build_config
+from cse_kit.train.precision import resolve_precision
+
+store = ResultStore("{tmp}/results", data_dir="{tmp}/data", cuda=False)
+keys = {{p: store.key(build_config("simcse-bert", "cpu", {{"mixed_precision": p}})) for p in ("auto", "no", "bf16")}}
+references = doctor.read_references()
+values = {{c.name: references["values"][c.name]["value"] for c in doctor.selected(True) if doctor.runs_here(c)}}
+values["main command: STS12"] += 1.0
+lines = doctor.verdicts({{"environment": doctor.environment(), "values": values}}, references, True)
+print(json.dumps({{"auto": resolve_precision("auto", cuda=False), "environment": describe("cpu"), "keys": keys,
+                  "lines": lines}}))
+"""
+
+
+@pytest.mark.parametrize("cpu_class", CPU_CLASSES)
+def test_auto_the_keys_and_the_doctor_as_each_cpu_class_sees_them(cpu_class, tmp_path):
+    """auto trains in fp32 on the AVX2 class (keyed as fp32) and in bf16 on the others (keyed as bf16, the same key
+    on both units); the records name the class; the doctor skips the bf16 check on the AVX2 class and names the
+    CPU's kernels or unit where they differ from the references'."""
+    seen = json.loads(python(SEE_THE_MACHINE.format(tmp=tmp_path), as_cpu_class(cpu_class)))
+    env, keys = seen["environment"], seen["keys"]
+    unit = None if cpu_class == "AVX2" else cpu_class
+    assert env["cpu_bf16"] == unit and seen["auto"] == ("bf16" if unit else "no")
+    assert keys["auto"] == keys["bf16" if unit else "no"] != keys["no" if unit else "bf16"]
+    assert env["cpu_capability"] == ("AVX2" if cpu_class == "AVX2" else doctor.environment()["cpu_capability"])
+    if cpu_class == "AMX-BF16" and "amx_bf16" not in open("/proc/cpuinfo").read():
+        assert env["cpu_bf16_detected"] != "AMX-BF16"  # the records say the class is emulated
+    lines = [f"{status} {line}" for status, line in seen["lines"]]
+    assert line_of(lines, "cpu-profile steps, bf16: loss").startswith("skipped" if cpu_class == "AVX2" else "same")
+    line = line_of(lines, "main command: STS12")
+    assert line.startswith("DIFFERS")
+    reference_cpu = doctor.read_references()["provenances"][0]
+    if env["cpu_capability"] != reference_cpu["cpu_capability"]:
+        assert f"CPU kernels {env['cpu_capability']} here, {reference_cpu['cpu_capability']}" in line
+
+
+# ---- the real thing (minutes) ----
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu_class", [None, "AVX2"])
+def test_the_quick_doctor_passes_here_and_on_the_avx2_class(cpu_class, data_dir):
+    """The fp32 tolerances hold across SIMD widths: this CPU, and its AVX2 kernels only."""
+    env = as_cpu_class(cpu_class) if cpu_class else cli_env()
+    done = subprocess.run(["cse-kit", "doctor", "--quick", "--data-dir", str(data_dir)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reproduce the kit's reference numbers" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_doctor_runs_as_a_slurm_job(slurm, data_dir, tmp_path):
+    """`cse-kit doctor --quick --cluster slurm`: the measuring is a SLURM job's (its log is named), the verdict the
+    same; a reference tampered with is found there too."""
+    references = doctor.read_references()
+    references["values"]["SCD smoke run: best dev"]["value"] += 1.0
+    path = tmp_path / "references.json"
+    path.write_text(json.dumps(references))
+    done = subprocess.run(["cse-kit", "doctor", "--quick", "--cluster", "slurm", "--data-dir", str(data_dir),
+                           "--references", str(path)], env=cli_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "SLURM job" in done.stdout and "submitted" in done.stdout
+    [differs] = [line for line in done.stdout.splitlines() if line.startswith("DIFFERS")]
+    assert "SCD smoke run: best dev" in differs
