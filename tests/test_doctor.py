@@ -75,6 +75,17 @@ def test_the_same_numbers_pass_with_one_line_per_check(monkeypatch, capsys):
     assert lines[-1].endswith("this machine and library stack reproduce the kit's reference numbers")
 
 
+def test_another_library_version_that_moved_no_number_is_said_and_passes(monkeypatch, capsys):
+    references = doctor.read_references()
+    there = references["provenances"][0]["transformers"]
+    measured = measured_as_references(references, quick=True, transformers="5.17.0", mteb=None)
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick")
+    assert code == 0
+    assert lines[2] == f"against the references' environment: transformers 5.17.0 here, {there} in the references"
+    assert lines[-1].endswith("same: no number moved; this machine and library stack reproduce the kit's reference "
+                              "numbers")
+
+
 def test_quick_keeps_the_sts_numbers_cr_the_smoke_runs_and_the_steps(monkeypatch, capsys):
     references = doctor.read_references()
     code, lines = doctor_cli(monkeypatch, capsys, measured_as_references(references, quick=True), "--quick")
@@ -82,7 +93,7 @@ def test_quick_keeps_the_sts_numbers_cr_the_smoke_runs_and_the_steps(monkeypatch
     for kept in ("main command: CR", "main command: STS avg", "SimCSE smoke run: loss", "cpu-profile steps, fp32: loss"):
         assert line_of(lines, kept)
     assert not [line for line in lines if "main command: MR " in line or "transfer avg" in line]
-    assert len(lines) == 2 + len(doctor.selected(quick=True)) + 1
+    assert len(lines) == 3 + len(doctor.selected(quick=True)) + 1
 
 
 def test_a_number_beyond_its_tolerance_exits_1_naming_it_its_difference_and_the_likely_cause(monkeypatch, capsys,
