@@ -237,7 +237,8 @@ def describe_environment(env: dict) -> str:
     where = env.get("gpu") or f"{env.get('cpu_model')}, {env.get('cpu_capability')} kernels, " \
                               f"bf16 unit {env.get('cpu_bf16') or 'none'}"
     versions = ", ".join(f"{name} {env[name]}" for name in NUMBER_LIBRARIES if env.get(name))
-    return f"{where}, {env.get('torch_threads')} threads; {versions}"
+    threads = env.get("torch_threads")
+    return f"{where}, {threads} thread{'' if threads == 1 else 's'}; {versions}"
 
 
 # ---- writing references ----
