@@ -7,7 +7,7 @@ import pandas as pd
 from cse_kit import experiments as ex
 from cse_kit.experiments.render import long_form_html, paper_layout_html
 from cse_kit.papers import comparison as cmp
-from cse_kit.report import comparison_frame, coverage_html
+from cse_kit.report import comparison_frame, coverage_html, coverage_text
 from cse_kit.results import Pretrained, ResultStore
 
 #: two rows read by different poolers: [CLS] (SimCSE) and the template's [MASK] (PromptBERT); two steps each
@@ -86,6 +86,8 @@ def test_the_cpu_coverage_says_what_the_profile_can_and_cannot_show_and_links_th
     cpu = coverage_html([], "cpu")
     assert ex.CPU_PROFILE_SCOPE in cpu.replace("&#x27;", "'") and ex.CPU_PROFILE_EVIDENCE in cpu
     assert ex.CPU_PROFILE_SCOPE not in coverage_html([], "smoke")
+    assert coverage_text([], "cpu").endswith(f"{ex.CPU_PROFILE_SCOPE} ({ex.CPU_PROFILE_EVIDENCE}).")  # cse-kit status
+    assert ex.CPU_PROFILE_SCOPE not in coverage_text([], "smoke")
 
 
 def test_the_report_keeps_the_notebooks_order_of_extra_tables_and_their_columns():

@@ -377,6 +377,8 @@ def coverage_text(lines: list[dict], profile: str) -> str:
     data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
     out.append(f"\n{len(data)} data-bearing tables and figures: {tally_text(lines, profile)}"
                + ("; apart from them: " + COMPARISON_TITLE if any(line.get("apart") for line in lines) else ""))
+    if profile == "cpu":
+        out.append(f"{CPU_PROFILE_SCOPE} ({CPU_PROFILE_EVIDENCE}).")
     return "\n".join(out).lstrip("\n")
 
 
