@@ -420,3 +420,38 @@ def test_the_sts_test_sets_are_encoded_once_for_the_notebook_and_the_head_to_hea
     assert "sts_test" not in ResultStore(tmp_path / "pairs", data_dir).get(subject, ("sts_pairs",))["metrics"]
     sampled = ResultStore(tmp_path / "smoke", data_dir).get(Pretrained("smoke-bert", "avg", "smoke"), ("sts_test",))
     assert "sts_pairs" not in sampled["metrics"]  # smoke samples its STS test: the whole sets are not encoded for it
+
+
+@pytest.mark.parametrize("preset, tested_with", [("consert-bert", "avg_top2"), ("simcse-sup-bert", "cls")])
+def test_a_run_is_evaluated_with_the_pooler_its_model_is_read_with_and_an_older_record_is_evaluated_again(
+        preset, tested_with, data_dir, tmp_path, counted, monkeypatch):
+    """ConSERT trains on `avg` and is tested on the last two layers' mean; supervised SimCSE is tested with its MLP
+    as the model's pooler (`cls`): the store evaluates the vector the exported model states, as `cse-kit eval` does.
+    A record evaluated with the training pooler (as the store did before) keeps its training and is evaluated again."""
+    from cse_kit.eval import Encoder
+    from cse_kit.eval.sts import correlations, pair_scores
+    from cse_kit.data import load_sts
+    from cse_kit.models import load_model
+
+    store = ResultStore(tmp_path, data_dir)
+    trained = []
+    train = ResultStore._train
+    monkeypatch.setattr(ResultStore, "_train", lambda self, key, cfg: (trained.append(key), train(self, key, cfg))[1])
+    cfg = build_config(preset, "smoke", {"seed": 1})
+    record = store.get(cfg, ("sts_dev",))
+    assert record["pooler"] == tested_with != cfg.pooler
+    tokenizer, model = load_model(str(store.run_dir(record["key"]) / "model"))  # as `cse-kit eval` loads it
+    pairs = load_sts("STSBenchmark", "dev", data_dir)
+    expected = correlations(*pair_scores(Encoder(model, tokenizer, tested_with, progress=False), pairs))["spearman"]
+    assert record["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(expected, abs=1e-9)
+
+    path = store.record_path(record["key"])
+    old = {**json.loads(path.read_text()), "pooler": cfg.pooler}  # as the store wrote it before
+    old["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] = 12.34
+    path.write_text(json.dumps({**old, "digest": results.content_digest(old)}))
+    assert not store.has(cfg, ("sts_dev",))
+    with pytest.warns(UserWarning, match=f"evaluated with pooler {cfg.pooler}, its model is read with {tested_with}"):
+        again = store.get(cfg, ("sts_dev",))
+    assert again["pooler"] == tested_with and trained == [record["key"]]  # trained once
+    assert again["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(expected, abs=1e-9)
+    assert counted == ["sts_dev", "sts_dev"]

@@ -281,7 +281,18 @@ class ResultStore:
             check_record(record, key)
         except (OSError, json.JSONDecodeError, UnicodeDecodeError, CorruptRecord):
             return False
-        return all(evaluation_name(e) in record["metrics"] for e in evals)
+        return self._exported_pooler(record) is None and all(evaluation_name(e) in record["metrics"] for e in evals)
+
+    def _exported_pooler(self, record: dict) -> str | None:
+        """The pooler a trained record's model states (cse_kit.json) where the record was evaluated with another: its
+        training pooler, as records made before the store read the export were (ConSERT trains on `avg` and is
+        tested on `avg_top2`; supervised SimCSE tests with its MLP as the model's pooler, `cls`). None otherwise."""
+        from ..train.export import ExportSettings
+
+        if record["subject"]["kind"] != "trained":
+            return None
+        stated = ExportSettings(self.run_dir(record["key"]) / "model").pooler
+        return stated if stated and stated != record["pooler"] else None
 
     def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
         """The record of subject with every evaluation in evals (names of EVALUATIONS, or a researcher's tasks,
@@ -379,6 +390,10 @@ class ResultStore:
             warnings.warn(f"result record {path} is corrupt ({err}); moved to {aside.name} and recomputing it",
                           stacklevel=3)
             return None
+        if stated := self._exported_pooler(record):  # the training is right, its evaluations read the wrong vector
+            warnings.warn(f"result record {key} was evaluated with pooler {record['pooler']}, its model is read with "
+                          f"{stated}: evaluating it again (its training is kept)", stacklevel=3)
+            record = {**record, "pooler": stated, "metrics": {}}
         return record
 
     def _new_record(self, key: str, subject) -> dict:
@@ -396,6 +411,7 @@ class ResultStore:
         return record
 
     def _train(self, key: str, cfg: TrainConfig) -> dict:
+        from ..train.export import ExportSettings
         from ..train.loop import train
 
         keyed, here = resolve_precision(cfg.mixed_precision, self.cuda), resolve_precision(cfg.mixed_precision)
@@ -408,7 +424,8 @@ class ResultStore:
         # resumes an interrupted run from its checkpoint
         summary = train(cfg, progress=self.progress, announce=self.announce, status=self.status)
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
-        return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": cfg.pooler,
+        pooler = ExportSettings(summary["model"]).pooler or cfg.pooler  # the test vector (ConSERT's, sup SimCSE's)
+        return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": pooler,
                 "train": {k: summary[k] for k in ("steps", "best", "best_step", "metric", "processes",
                                                   "mixed_precision", "peak_gpu_memory_bytes", "peak_rss_bytes")},
                 "dev_curve": [r for r in curve if "dev" in r], "train_curve": [r for r in curve if "dev" not in r],
@@ -417,6 +434,7 @@ class ResultStore:
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from ..eval.encode import Encoder
+        from ..models import load_model
         from ..train.export import ExportSettings
         from ..train.loop import load_encoder
 
@@ -426,7 +444,8 @@ class ResultStore:
             if not Path(model_dir).is_dir():
                 raise FileNotFoundError(f"the trained model of record {record['key']} is gone ({model_dir}); "
                                         "rerun with force=True to retrain it")
-        tokenizer, model = load_encoder(model_dir)
+        # `cls` reads the model's pooler layer (supervised SimCSE's MLP), which the training encoder is built without
+        tokenizer, model = load_model(model_dir) if record["pooler"] == "cls" else load_encoder(model_dir)
         stated = ExportSettings(model_dir)
         return Encoder(model, tokenizer, record["pooler"], progress=self.progress, template=stated.prompt,
                        max_length=stated.max_length, amp=bool(record.get("evaluation_amp")))
