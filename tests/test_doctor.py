@@ -33,9 +33,12 @@ def python(code: str, env: dict) -> str:
 
 
 def measured_as_references(references: dict, quick: bool, **environment) -> dict:
-    """What measure() returns where every number is its reference's, in this environment changed by `environment`."""
+    """What measure() returns where every number is its reference's, in the references' environment (whatever CPU and
+    thread count the suite runs on: its workers run one thread each) changed by `environment`."""
     values = {c.name: references["values"][c.name]["value"] for c in doctor.selected(quick) if doctor.runs_here(c)}
-    return {"environment": {**doctor.environment(), **environment}, "values": values, "seconds": 1.0}
+    here = doctor.environment()
+    theirs = {k: v for k, v in references["provenances"][0].items() if k in here}
+    return {"environment": {**here, **theirs, **environment}, "values": values, "seconds": 1.0}
 
 
 def line_of(lines, name: str) -> str:
