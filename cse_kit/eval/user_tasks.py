@@ -53,19 +53,18 @@ def parse_user_task(spec: str) -> UserTask:
     return task
 
 
-def _rows(path: Path) -> tuple[list[str], list[dict]]:
+def _open(path: Path):
+    """The CSV file, opened for csv; one line where there is none."""
     if not path.is_file():
         raise DataError(f"{path}: no such file; give the path of a CSV with a header row "
                         f"({', '.join(STS_COLUMNS)} or {', '.join(CLASSIFICATION_COLUMNS)})")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        rows = list(reader)
-        return [c.strip() for c in reader.fieldnames or []], rows
+    return path.open(newline="", encoding="utf-8")
 
 
 def csv_kind(path: Path) -> str:
-    """"sts" or "classification", from the CSV's header."""
-    header, _ = _rows(path)
+    """"sts" or "classification", from the CSV's header (its first row only is read)."""
+    with _open(path) as handle:
+        header = [c.strip() for c in next(csv.reader(handle), [])]
     for kind, columns in KINDS.items():
         if set(columns) <= set(header):
             return kind
@@ -75,7 +74,8 @@ def csv_kind(path: Path) -> str:
 
 def _data_rows(path: Path) -> list[dict]:
     """The CSV's rows under its header; none is refused."""
-    _, rows = _rows(path)
+    with _open(path) as handle:
+        rows = list(csv.DictReader(handle))
     if not rows:
         raise DataError(f"{path}: no rows under its header; add one row per pair or sentence")
     return rows

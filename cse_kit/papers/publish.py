@@ -379,6 +379,7 @@ def write_mteb_results(run: Run, folder: Path, repo_id: str | None) -> Path:
     name = model_name(run, repo_id)
     meta = read_metadata(run.model_dir) or {}
     base = BASE_MODELS.get(run.config.get("model", ""), (None, None))
+    paper_key, _ = method_papers(run.method)
     model_meta = ModelMeta.create_empty({
         "name": name, "revision": mteb_revision(run), "release_date": run.record.get("created", "")[:10] or None,
         "languages": ["eng-Latn"], "embed_dim": _embed_dim(run.model_dir), "license": base[1],
@@ -386,7 +387,7 @@ def write_mteb_results(run: Run, folder: Path, repo_id: str | None) -> Path:
         else ["PyTorch"], "similarity_fn_name": ScoringFunction.COSINE, "use_instructions": False, "adapted_from": base[0],
         "reference": f"https://huggingface.co/{repo_id}" if repo_id else None,
         "public_training_code": "https://github.com/voidism/DiffCSE" if run.method == "diffcse" else None,
-        "citation": citations()[method_papers(run.method)[0]]["bibtex"] if method_papers(run.method)[0] else None,
+        "citation": citations()[paper_key]["bibtex"] if paper_key else None,
         "training_datasets": set(),
         "n_parameters": _parameters(run.model_dir)})
     where = folder / name.replace("/", "__") / mteb_revision(run)

@@ -29,7 +29,7 @@ from ..data import REGISTRY, allow_unverified, resolve_data_dir, unverified_read
 from ..data.loaders import md5_file
 from ..data.registry import BUILT_SOURCES
 from ..environment import PACKAGE, describe, source_digest, stale_versions
-from ..eval.user_tasks import UserTask
+from ..eval.user_tasks import UserTask, evaluate_user_task
 from ..io import acquire_or_wait, holder_lock, write_json_atomic
 from ..methods.registry import method_class, method_digest
 from ..train.config import TrainConfig
@@ -512,11 +512,8 @@ def _geometry_sts_filter(encoder, data_dir, profile) -> dict:
 
 
 def _user_task(task: UserTask):
-    def run(encoder, data_dir, profile):
-        from ..eval.user_tasks import evaluate_user_task
-
-        return evaluate_user_task(encoder, task)
-    return run
+    """A researcher's task as an EVALUATIONS function."""
+    return lambda encoder, data_dir, profile: evaluate_user_task(encoder, task)
 
 
 def evaluation_name(evaluation) -> str:
