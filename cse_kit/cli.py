@@ -171,19 +171,18 @@ def _pooler_of(model: str, stated=None) -> str:
 
 
 def cmd_train(args) -> int:
-    from .experiments import resolve_profile
+    from .experiments import auto_profile, require_models, resolve_profile
     from .train import build_config, train
     from .train.launch import join_srun_step
     from .train.loop import TrainingStopped
     from .train.preemption import slurm_training
 
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
-    profile = resolve_profile(args.profile)
     if args.profile == "auto":
-        import torch
-
-        print(f"profile {profile} (auto: {'a CUDA GPU' if torch.cuda.is_available() else 'no CUDA GPU'}; "
-              "--profile paper, cpu or smoke to choose)")
+        profile, why = auto_profile()
+        print(why)
+    profile = resolve_profile(args.profile if args.profile != "auto" else profile)
+    require_models(profile)
     cfg = build_config(args.preset, profile, _train_overrides(args))
     args.run_dir = cfg.output_dir  # named when the run is stopped (main)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
@@ -370,6 +369,8 @@ def cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .train.presets import PROFILES
+
     parser = argparse.ArgumentParser(prog="cse-kit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -384,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = data_sub.add_parser("status", help="one row per dataset: present, verified, the profiles that need it, "
                                            "counts")
     p.add_argument("names", nargs="*")
-    p.add_argument("--profile", choices=("paper", "cpu", "smoke"),
+    p.add_argument("--profile", choices=list(PROFILES),
                    help="exit 1 unless every dataset this profile needs is present and verified")
     p.add_argument("--json", action="store_true")
     _data_dir_arg(p)
@@ -428,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     from .papers import PAPERS
-    from .train import PRESETS, PROFILES
+    from .train import PRESETS
 
     p = sub.add_parser("train", help="train a preset (SimCSE, DiffCSE, SCD, ESimCSE, DiffAug) on a profile; resumes an interrupted run",
                        epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
@@ -485,7 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("report", help="execute (or reuse) every table notebook and build reports/index.html")
-    p.add_argument("--profile", default="auto", help="paper, cpu or smoke; auto: paper with a CUDA GPU, else cpu")
+    p.add_argument("--profile", default="auto", help="paper, mini, cpu, smoke or mini-rehearsal; auto: paper with a CUDA GPU, else mini where "
+                   "its models are cached or the Hub answers, else cpu")
     p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
     p.add_argument("--data-dir", help="data directory (default: $CSE_KIT_DATA or data/)")
     p.add_argument("--out", help="report folder (default: reports/)")
@@ -514,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("status", help="the coverage matrix of the four papers' tables and figures (executes nothing)")
-    p.add_argument("--profile", help="whose results to show (paper, cpu, smoke or auto); default: every profile with "
+    p.add_argument("--profile", help="whose results to show (paper, mini, cpu, smoke, mini-rehearsal or auto); default: every profile with "
                                      "saved tables")
     p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))

@@ -137,7 +137,7 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     offline = offline_mode() if offline is None else offline
     resolved = resolve_reference(ref, data_dir)
     local = Path(resolved).is_dir()
-    if not (local or offline or _in_hub_cache(resolved)):
+    if not (local or offline or in_hub_cache(resolved)):
         unreachable = hub_unreachable()
         if unreachable:  # fail now, not after a minute of transformers' retries
             raise ModelNotFoundError(
@@ -147,9 +147,11 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     trusted = trust_remote_code()
     try:
         with quiet_transformers():  # a custom model type's tokenizer warns of its config before the refusal
-            tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline, trust_remote_code=trusted)
+            untyped = _untyped_config(ref, resolved, local, offline, kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline, trust_remote_code=trusted,
+                                                      **untyped)
             model, info = model_class.from_pretrained(resolved, local_files_only=offline, output_loading_info=True,
-                                                      trust_remote_code=trusted, **kwargs)
+                                                      trust_remote_code=trusted, **untyped, **kwargs)
     except (OSError, ValueError, pickle.UnpicklingError, SafetensorError) as e:  # ValueError: no tokenizer files
         if "trust_remote_code" in str(e) and not trusted:
             raise ModelNotFoundError(
@@ -194,6 +196,24 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     return tokenizer, model
 
 
+def _untyped_config(ref: str, resolved: str, local: bool, offline: bool, kwargs: dict) -> dict:
+    """{"config": a BertConfig} for a BERT miniature (or a local folder) whose config.json names no model type,
+    with the config overrides of kwargs moved into it (popped); else {}. See miniatures.bert_config_where_untyped."""
+    from transformers.utils import cached_file
+
+    from .miniatures import bert_config_where_untyped, is_miniature
+
+    if not (local or is_miniature(ref)):
+        return {}
+    folder = Path(resolved) if local else Path(cached_file(resolved, "config.json", local_files_only=offline)).parent
+    config = bert_config_where_untyped(folder)
+    if config is None:
+        return {}
+    for key in [k for k in kwargs if hasattr(config, k)]:  # as from_pretrained applies them to a config it reads
+        setattr(config, key, kwargs.pop(key))
+    return {"config": config}
+
+
 def _damaged_file(folder: Path) -> tuple[Path, str] | None:
     """(the first JSON or safetensors file of a model folder that does not parse, why), or None: transformers'
     messages do not always name the file."""
@@ -213,7 +233,7 @@ def _damaged_file(folder: Path) -> tuple[Path, str] | None:
     return None
 
 
-def _in_hub_cache(repo_id: str) -> bool:
+def in_hub_cache(repo_id: str) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
     return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..data.published import paper_value
 from ..experiments import START_COLUMN, Row, check, training_cost
+from ..train.presets import per_profile, sizing
 
 NOTEBOOK = "compare_methods"
 TITLE = "All methods under one protocol"
@@ -35,23 +36,25 @@ USES_LABELS = {"DiffAug"}
 RECIPES = ("paper recipe", "shared recipe")
 #: the shared recipe per profile: SimCSE's unsupervised recipe (batch 64, lr 3e-5, 1 epoch of Wiki1M, length 32,
 #: STS-B dev every 125 steps) for every objective; cpu and smoke keep their profile's sizes
-SHARED_RECIPE = {
+SHARED_RECIPE = per_profile({
     "paper": {"batch_size": 64, "lr": 3e-5, "epochs": 1, "max_seq_length": 32, "eval_steps": 125,
               "metric": "stsb_spearman"},
     "cpu": {"batch_size": 32, "lr": 3e-5, "epochs": 1, "max_seq_length": 32, "eval_steps": 8,
             "metric": "stsb_spearman"},
+    "mini": {"batch_size": 64, "lr": 3e-5, "epochs": 1, "max_seq_length": 32, "eval_steps": 25,
+             "metric": "stsb_spearman"},
     "smoke": {"batch_size": 16, "lr": 1e-4, "epochs": 1, "max_seq_length": 32, "eval_steps": 8,
               "metric": "stsb_spearman"},
-}
+})
 #: the transfer evaluation per profile: SentEval's `test` config (the papers') where the numbers compare with the
 #: papers'. Off by default on cpu: one run's transfer test there takes 7 min on the idle 2 cores (268 s encoding 108k
 #: sentences, 164 s of 10-fold classifiers: docs/evaluation.md) and several times that under load, so the 42 runs would
 #: add 5 h or more; `transfer="fasttest"` (SentEval's fast classifiers, about 5 min a run) or "test" asks for it. Off on
 #: smoke, where it would dwarf the trainings.
-TRANSFER = {"paper": "test", "cpu": "none", "smoke": "none"}
+TRANSFER = per_profile({"paper": "test", "cpu": "none", "mini": "none", "smoke": "none"})
 TRANSFER_MODES = ("test", "fasttest", "none")
 #: seeds per profile: at least five where the numbers compare with the papers', three on cpu
-SEEDS = {"paper": [42, 43, 44, 45, 46], "cpu": [42, 43, 44], "smoke": [1, 2]}
+SEEDS = per_profile({"paper": [42, 43, 44, 45, 46], "cpu": [42, 43, 44], "mini": [42, 43, 44], "smoke": [1, 2]})
 #: the orderings the papers claim (winner, loser, where)
 CLAIMS = [("DiffCSE", "SimCSE", "DiffCSE Table 1"), ("SCD", "SimCSE", "SCD Table 1"),
           ("ESimCSE", "SimCSE", "ESimCSE Table 3"), ("PromptBERT", "SimCSE", "DiffAug Table 1"),
@@ -529,7 +532,7 @@ def profile_note(profile: str, transfer: str | None) -> str:
     """What the recipes and the transfer column are on this profile."""
     said = (f"transfer: SentEval's {transfer.removeprefix('transfer_')} config" if transfer else
             "no transfer evaluation (the notebook's `transfer` parameter asks for one)")
-    if profile == "smoke":
-        return ("smoke: the profile's sizes (batch 16, lr 1e-4, 8 steps) override both recipes, so most methods' two "
+    if sizing(profile) == "smoke":
+        return (f"{profile}: the profile's sizes (batch 16, lr 1e-4, 8 steps) override both recipes, so most methods' two "
                 f"recipes are the same runs; {said}")
     return f"{profile}: the shared recipe is {SHARED_RECIPE[profile]}; {said}"

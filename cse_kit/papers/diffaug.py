@@ -15,7 +15,7 @@ import math
 
 from ..experiments import Row, check, sts_test_columns, training_cost
 from ..data.published import paper_table, paper_tables
-from ..train.presets import PRESETS, PROFILES
+from ..train.presets import PRESETS, PROFILES, per_profile, sizing
 from .released import released_row
 
 #: notebook -> the DiffAug artefacts it reproduces, in the paper's order (Figures 1-2 are schematics)
@@ -43,10 +43,10 @@ PAPER_SUBSETS = 5
 AUX_WEIGHTS = [None, 1e-4, 1e-3, 1e-2, 1e-1]
 #: Figure 5's stage-1 lengths (App. E and Figure 5 do not list the grid: ours) and their stand-ins off `paper`,
 #: where a stage-1 step costs the same but the stage-2 run is a few steps: the shape, not the scale
-STAGE1_GRIDS = {"paper": [500, 1000, 1500, 2000, 2500, 3000, 4000], "cpu": [2, 4, 8, 12, 16],
-                "smoke": [2, 4, 8]}
+STAGE1_GRIDS = per_profile({"paper": [500, 1000, 1500, 2000, 2500, 3000, 4000], "cpu": [2, 4, 8, 12, 16],
+                             "mini": [24, 48, 72, 96, 120, 144, 186], "smoke": [2, 4, 8]})
 #: off `paper`, the 1% subset of the profile's NLI triplets (SNLI dev + test, about 5.9k: 59) must hold a batch
-SMALL_FRACTION_BATCH = {"cpu": 32}
+SMALL_FRACTION_BATCH = {"cpu": 32, "mini": 32}
 
 
 def check_recipe(recipe: str, backbones: list) -> None:
@@ -116,7 +116,8 @@ SUPERVISED = {"bert": {"SimCSE": "simcse-sup-bert", "PromptBERT": "promptbert-su
 STRATEGIES = ("joint", "sup-unsup", "sup-joint")
 #: the α each joint strategy is tuned over (the paper tries "different values of α for each method" without listing
 #: them; a log grid around the values the papers use: DiffAug's 1e-3, ConSERT's joint ratio 1 / 0.15 ≈ 6.7)
-ALPHA_GRIDS = {"paper": [0.001, 0.01, 0.1, 1.0, 10.0], "cpu": [0.01, 0.1, 1.0], "smoke": [1.0]}
+ALPHA_GRIDS = per_profile({"paper": [0.001, 0.01, 0.1, 1.0, 10.0], "cpu": [0.01, 0.1, 1.0],
+                            "mini": [0.001, 0.01, 0.1, 1.0, 10.0], "smoke": [1.0]})
 #: the dev score the α is chosen on
 DEV_COLUMN = "STS-B dev."
 
@@ -337,7 +338,7 @@ COST_EPOCHS, COST_BATCH = 3, 128
 #: SimCSE's NLI triplets (the paper's 1% is 2,756): what every profile's projection is to, the paper's full run
 NLI_TRIPLETS = 275_601
 #: main-stage steps timed per run (a window, projected to 3 epochs); smoke keeps its profile's tiny batch
-COST_WINDOWS = {"paper": 100, "cpu": 6, "smoke": 3}
+COST_WINDOWS = per_profile({"paper": 100, "cpu": 6, "mini": 20, "smoke": 3})
 RATIO_COLUMNS = {"Training time": "time ratio to SimCSE", "GPU memory usage": "memory ratio to SimCSE"}
 
 
@@ -346,7 +347,7 @@ def cost_rows(profile: str, window: int | None = None) -> list[Row]:
     once at its end, with the paper's batch (not on smoke); gradient accumulation off, as the paper's one GPU."""
     steps = window or COST_WINDOWS[profile]
     check(isinstance(steps, int) and steps >= 1, f"window is a positive number of steps, got {window}")
-    batch = {} if profile == "smoke" else {"batch_size": COST_BATCH}
+    batch = {} if sizing(profile) == "smoke" else {"batch_size": COST_BATCH}
     rows = []
     for label, name in COST_RUNS.items():
         overrides = {**batch, "max_steps": steps, "eval_steps": steps, "gradient_accumulation": 1}
@@ -359,7 +360,7 @@ def cost_rows(profile: str, window: int | None = None) -> list[Row]:
 def _full_run(name: str, profile: str):
     from ..train.presets import build_config
 
-    return build_config(name, profile, {} if profile == "smoke" else {"batch_size": COST_BATCH})
+    return build_config(name, profile, {} if sizing(profile) == "smoke" else {"batch_size": COST_BATCH})
 
 
 def projected_steps(name: str, profile: str) -> int:
@@ -403,7 +404,8 @@ def cost_comparison(long: "pd.DataFrame") -> "pd.DataFrame":  # noqa: F821
 
 # --- Figure 4: prefix length ---------------------------------------------------------------------------------------
 #: the prefix lengths swept (the paper plots some without listing them; optimum "around 8")
-PREFIX_GRIDS = {"paper": [1, 2, 4, 8, 16, 32], "cpu": [2, 4, 8, 16], "smoke": [2, 8]}
+PREFIX_GRIDS = per_profile({"paper": [1, 2, 4, 8, 16, 32], "cpu": [2, 4, 8, 16], "mini": [1, 2, 4, 8, 16, 32],
+                             "smoke": [2, 8]})
 
 
 def prefix_grid(profile: str, lengths: list | None) -> list[int]:

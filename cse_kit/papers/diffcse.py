@@ -10,7 +10,8 @@ Tables 4 and 15 is Table 7's 15% row."""
 from __future__ import annotations
 
 from ..experiments import Row, check
-from ..train.presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable, generator_unavailable
+from ..train.presets import (GENERATORS, PRESETS, PROFILES, ProfileUnavailable, generator_unavailable, per_profile,
+                             resolve_generator)
 from .released import released_row
 
 #: notebook -> the DiffCSE artefacts it reproduces, in the paper's order (the report's coverage reads this)
@@ -97,13 +98,16 @@ def table5_rows() -> list[Row]:
 def table6_rows(generators: list[str], profile: str) -> list[Row]:
     rows = [Row("SimCSE (no generator)", "simcse-bert")]
     for name in generators:
-        if profile == "paper":
-            rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts", {"generator": name}))
-        elif name == DEFAULT_GENERATOR:  # the profile's generator (e.g. the fitted MiniLM MLM head) stands in
-            rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts"))
-        else:
+        if name == DEFAULT_GENERATOR and profile != "paper":  # the profile's generator (e.g. the fitted MiniLM MLM
+            rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts"))  # head, mini's half-depth miniature) stands in
+            continue
+        try:
+            resolve_generator(name, profile)
+        except ProfileUnavailable:
             rows.append(Row(GENERATOR_ROWS[name], unavailable=generator_unavailable(profile, "profile='paper'"),
                             missing=GENERATORS[name]))
+            continue
+        rows.append(Row(GENERATOR_ROWS[name], "diffcse-bert-sts", {"generator": name}))
     return rows
 
 
@@ -124,7 +128,8 @@ def table8_rows(lams: list[float]) -> list[Row]:
 #: their own would each encode the 108k transfer sentences for the second column (about 4 min a model on a 2-core
 #: CPU, docs/notebooks.md): off the `paper` profile they are evaluated on STS-B dev only, which keeps the three
 #: notebooks' addition to the cpu report under 40 minutes (docs/notebooks.md, "Profiles and their cost").
-ABLATION_EVALS = {"paper": ("sts_dev", "transfer_dev"), "cpu": ("sts_dev",), "smoke": ("sts_dev",)}
+ABLATION_EVALS = per_profile({"paper": ("sts_dev", "transfer_dev"), "cpu": ("sts_dev",),
+                               "mini": ("sts_dev", "transfer_dev"), "smoke": ("sts_dev",)})
 #: Table 3: the paper's row label -> the DiffCSE ablation settings (cse_kit.methods.diffcse.ABLATIONS)
 TABLE3_VARIANTS = {
     "DiffCSE": {},

@@ -99,7 +99,7 @@ MTEB_DIR = "mteb_results"
 OWN_SETTINGS = {"generator": "diffcse", "mask_ratio": "diffcse", "lam": "diffcse", "scd_": "scd", "consert_": "consert", "esimcse_": "esimcse", "promptbert_": "promptbert",
                 "diffaug_": "diffaug"}
 #: smoke and cpu runs: not the papers' models
-NOT_PAPER_PROFILES = ("smoke", "cpu")
+NOT_PAPER_PROFILES = ("smoke", "cpu", "mini", "mini-rehearsal")
 
 
 class PublishError(ValueError):

@@ -24,7 +24,8 @@ from traitlets.config import Config
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
 from ..environment import source_digest, threads_per_worker
-from ..experiments import CPU_PROFILE_EVIDENCE, CPU_PROFILE_SCOPE, TABLE_MIMETYPE, resolve_profile
+from ..experiments import (CPU_PROFILE_EVIDENCE, CPU_PROFILE_SCOPE, TABLE_MIMETYPE, auto_profile, require_models,
+                           resolve_profile)
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
@@ -35,6 +36,7 @@ from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
 from ..progress import PROGRESS_PREFIX, TERMINAL_PROGRESS_ENV
 from ..results import default_results_dir, evaluation_amp
+from ..train.presets import PROFILES, sizing
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 
 #: Every paper's notebooks, in the report's order (papers, then each paper's own order).
@@ -398,7 +400,7 @@ def _tables_on_disk(results_dir) -> list[dict]:
 def saved_profiles(results_dir) -> list[str]:
     """The profiles the results store holds tables of, in the order paper, cpu, smoke."""
     found = {table.get("profile") for table in _tables_on_disk(results_dir)}
-    return [p for p in ("paper", "cpu", "smoke") if p in found]
+    return [p for p in PROFILES if p in found]
 
 
 def saved_tables(results_dir, profile: str) -> dict[str, dict]:
@@ -560,7 +562,7 @@ def default_jobs(profile: str) -> int:
     """Notebooks at once unless told: a smoke run's tiny models keep at most one core busy, so one per core up to 4
     (what that makes of the smoke report's time: docs/notebooks.md, measured by bench/report_speed.py); cpu and
     paper training use every core or the GPU: one."""
-    return max(1, min(4, os.cpu_count() or 1)) if profile == "smoke" else 1
+    return max(1, min(4, os.cpu_count() or 1)) if sizing(profile) == "smoke" else 1
 
 
 def machine_paths(results_dir: Path, data_dir: Path) -> dict[str, str]:
@@ -604,7 +606,11 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     from ..experiments import PROFILE_NOTES
 
     check_notebooks()
+    if profile == "auto":
+        profile, why = auto_profile()
+        log(why)
     profile = resolve_profile(profile)
+    require_models(profile)  # one line naming the models, not a failure in every notebook
     out_dir = (Path(out_dir) if out_dir else ROOT / "reports").resolve()
     names = select(papers, only)
     for line in where_text(out_dir, Path(results_dir or default_results_dir()).resolve(),

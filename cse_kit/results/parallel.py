@@ -42,6 +42,7 @@ from ..methods.registry import check_sendable
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
 from ..train.preemption import Preemption
+from ..train.presets import sizing
 from . import Pretrained, ResultStore
 
 WORKERS_ENV = "CSE_KIT_WORKERS"
@@ -214,7 +215,7 @@ def job_resources(tasks: list[Task]) -> dict:
     and smoke jobs make none."""
     if any(jobs_get_gpus(subject.profile, "slurm") for subject, _ in tasks):
         return {"gpus_per_node": 1}
-    smoke = all(subject.profile == "smoke" for subject, _ in tasks)
+    smoke = all(sizing(subject.profile) == "smoke" for subject, _ in tasks)
     return {"cpus_per_task": 1 if smoke else min(8, os.cpu_count() or 1)}
 
 

@@ -238,6 +238,8 @@ _EVALUATION_DATA = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark",
 #: evaluation sets, the corpus, the NLI triplets (SNLI's dev/test off `paper`) and the ordered corpus
 PROFILE_DATA = {"paper": (*_EVALUATION_DATA, "Wiki1M", "NLI", "WikiText-103"),
                 "cpu": (*_EVALUATION_DATA, "Wiki1M-sample", "SNLI", "Licenses-ordered"),
+                "mini": (*_EVALUATION_DATA, "Wiki1M-sample", "SNLI", "Licenses-ordered"),
+                "mini-rehearsal": (*_EVALUATION_DATA, "Wiki1M-sample", "SNLI", "Licenses-ordered"),
                 "smoke": (*_EVALUATION_DATA, "Wiki1M-sample", "SNLI", "Licenses-ordered")}
 
 
@@ -284,6 +286,29 @@ PROFILES = {
                                 "consert": {"batch_size": 32, "warmup_steps": 2}},
             "semi_settings": {"nli_batch_size": 32, "stage1_steps": 8},
             "report": {"seeds": [42], "transfer_mode": "test"}},
+    # The papers' premise in miniature: Google's masked-LM-pretrained BERT miniatures (cse_kit.models.miniatures),
+    # BERT-Mini (4 x 256) for BERT-base and, for DiffCSE's generator, the miniature of half its depth and the same width
+    # (as DistilBERT is to BERT-base); BERT-Medium (8 x 512) for BERT-large with BERT-Small (4 x 512) as its generator.
+    # The papers' recipes (batch, lr, temperature, pooler, 1 epoch) on Wiki1M's first 11,913 sentences, which are the
+    # local Wiki1M sample (so only the models are downloaded): 187 steps of 64; dev every 25 steps. DiffAug and
+    # PromptBERT train with batches of 64 too (256 would leave 47 steps), DiffAug's stage 1 96 steps (about the paper's
+    # 2000 / 3906). Sized so the whole report runs in a working day on an 8-core CPU (docs/notebooks.md, "The mini
+    # profile", measured by bench/mini_budget.py)
+    "mini": {"backbones": {"bert": ("google/bert_uncased_L-4_H-256_A-4", "google/bert_uncased_L-2_H-256_A-4"),
+                           "bert-large": ("google/bert_uncased_L-8_H-512_A-8", "google/bert_uncased_L-4_H-512_A-8")},
+             "unavailable": {name: f"no masked-LM-pretrained {label} miniature exists (Turc et al. released BERT "
+                                   "miniatures only); run it with --profile paper"
+                             for name, label in (("roberta", "RoBERTa"), ("roberta-large", "RoBERTa"))},
+             "settings": {"data": "Wiki1M-sample", "eval_steps": 25, "mixed_precision": "auto"},
+             "ordered_data": "Licenses-ordered",
+             "nli_data": "SNLI-triplets",
+             "method_settings": {"diffaug": {"batch_size": 64, "nli_batch_size": 64, "stage1_steps": 96},
+                                 "promptbert": {"batch_size": 64}},
+             "semi_settings": {"nli_batch_size": 64, "stage1_steps": 96},
+             "report": {"seeds": [42, 43, 44], "transfer_mode": "test"}},
+    # the mini profile's models at the smoke profile's sizes: every notebook on the miniatures in minutes, to check
+    # the downloads and the code paths before the working day `mini` takes (its numbers mean nothing)
+    "mini-rehearsal": {"sizing": "smoke"},
     # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
     "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm"),
                             "bert-large": ("smoke-bert", "smoke-bert-mlm"),
@@ -307,14 +332,47 @@ PROFILES = {
 }
 
 
+PROFILES["mini-rehearsal"] = {**PROFILES["smoke"], **{k: PROFILES["mini"][k] for k in ("backbones", "unavailable")},
+                              "sizing": "smoke"}
+
+
+def per_profile(values: dict) -> dict:
+    """A per-profile setting (keyed by profile) with an entry for each profile that runs at another's sizes."""
+    return {**values, **{p: values[sizing(p)] for p in PROFILES if p not in values and sizing(p) in values}}
+
+
+def sizing(profile: str) -> str:
+    """The profile whose budget (steps, grids, evaluation samples) a profile runs at: its own, or for
+    mini-rehearsal the smoke profile's."""
+    return PROFILES[profile].get("sizing", profile)
+
+
+def hub_models(profile: str) -> list[str]:
+    """The Hub models a profile's report downloads where the papers' do not: the mini profile's miniatures (its
+    backbones, generators and Table 6's miniature generators). The paper profile's are the papers' own."""
+    from ..models.miniatures import is_miniature
+
+    if sizing(profile) == "paper" or not any(is_miniature(m) for pair in PROFILES[profile]["backbones"].values()
+                                             for m in pair):
+        return []
+    named = [m for pair in PROFILES[profile]["backbones"].values() for m in pair]
+    return list(dict.fromkeys([*named, *(ref for ref in GENERATORS.values() if is_miniature(ref))]))
+
+
 def generator_unavailable(profile: str, fix: str) -> str:
-    """Why a profile cannot run a Table 6 generator (the same words for each one)."""
+    """Why a profile cannot run a Table 6 generator (the same words for each one of a kind)."""
+    if hub_models(profile):
+        return (f"a full-size generator beside the {profile} profile's miniature discriminator (Table 6's question, the "
+                f"generator's size against the discriminator's, is asked with the miniatures); run it with {fix}")
     return f"no offline checkpoint of the generator on the {profile} profile; run it with {fix}"
 
 
 def resolve_generator(name: str, profile: str) -> str:
-    """A Table 6 generator name on the paper profile; any other reference is used as given."""
-    if profile == "paper":
+    """A Table 6 generator name on the paper profile, and one of the miniatures where the profile downloads them
+    (mini); any other reference is used as given."""
+    from ..models.miniatures import is_miniature
+
+    if profile == "paper" or (name in GENERATORS and is_miniature(GENERATORS[name]) and hub_models(profile)):
         return GENERATORS.get(name, name)
     if name in GENERATORS:
         raise ProfileUnavailable(generator_unavailable(profile, "--profile paper"), f"generator {name!r}")
