@@ -7,6 +7,11 @@ the whole mini report in a working day on an 8-core CPU; the arithmetic is in do
       # from DIR) trained for --steps steps: seconds per training step, and the seconds of one STS-B dev evaluation;
       # --eval also times the papers' STS test and transfer test (SentEval `test`) of the BERT-Mini stand-in: encoding
       # and classifiers apart
+  python bench/mini_budget.py --plan RESULTS_DIR [--step-s simcse=0.95,...] [--eval-s sts_test=20,...]
+      # the mini report's runs from a mini-rehearsal report's store (the same notebooks and rows, at the smoke
+      # profile's sizes): each run rebuilt on mini (its overrides kept), its steps counted on mini's data, times the
+      # mini seeds, plus the mini grids' extra points; then its training steps, dev evaluations and final
+      # evaluations in seconds from the per-step and per-evaluation times given (measured by the first command)
 
 The timings do not depend on the weights (same shapes, same sentences, same lengths), so they hold for the real
 miniatures. Wall times depend on the machine's load: run it idle, and name the CPU beside the figures.
@@ -71,6 +76,73 @@ def time_evaluation(model_dir: str) -> dict:
     return out
 
 
+def mini_config(record: dict):
+    """The mini profile's run behind a mini-rehearsal record: its preset with the record's own overrides (what
+    differs from the preset on mini-rehearsal, the seed aside)."""
+    preset = record["subject"]["preset"]
+    base = build_config(preset, "mini-rehearsal").to_dict()
+    overrides = {k: v for k, v in record["subject"].items() if k in base and base[k] != v and k != "seed"}
+    sized = set(PROFILES["smoke"]["settings"]) | {k for m in PROFILES["smoke"]["method_settings"].values() for k in m}
+    return build_config(preset, "mini", {k: v for k, v in overrides.items() if k not in sized})
+
+
+def steps_of(cfg, data_dir=None) -> tuple[int, int]:
+    """(stage-1 steps, main steps) of a run, counted as the training loop counts them."""
+    from cse_kit.train.data import load_examples
+
+    examples = len(load_examples(cfg.data, data_dir, cfg.max_examples))
+    main = -(-examples // cfg.batch_size) // cfg.gradient_accumulation * cfg.epochs
+    main = min(main, cfg.max_steps) if cfg.max_steps else main
+    return (cfg.stage1_steps if cfg.method == "diffaug" or cfg.semi_strategy != "none" else 0), main
+
+
+def plan(results_dir: Path, step_s: dict, eval_s: dict, data_dir=None) -> None:
+    import json
+    from collections import Counter
+
+    from cse_kit.papers import comparison, diffaug
+
+    records = [json.loads(p.read_text()) for p in sorted((results_dir / "records").glob("*.json"))]
+    runs, evaluations = {}, Counter()
+    for record in records:
+        if not record["subject"].get("preset"):
+            evaluations["pretrained " + "+".join(sorted(record["metrics"]))] += 1
+            continue
+        cfg = mini_config(record)
+        key = json.dumps({**cfg.to_dict(), "seed": None}, sort_keys=True, default=str)
+        runs[key] = (cfg, tuple(sorted(record["metrics"])))
+    seeds = len(PROFILES["mini"]["report"]["seeds"])
+    extra = {"DiffAug Figure 5 stage-1 grid": len(diffaug.STAGE1_GRIDS["mini"]) - len(diffaug.STAGE1_GRIDS["smoke"]),
+             "DiffAug Figure 4 prefix grid": len(diffaug.PREFIX_GRIDS["mini"]) - len(diffaug.PREFIX_GRIDS["smoke"]),
+             "DiffAug Tables 1, 6 α grid (7 joint rows)": 7 * (len(diffaug.ALPHA_GRIDS["mini"])
+                                                             - len(diffaug.ALPHA_GRIDS["smoke"]))}
+    total = Counter()
+    by_method = Counter()
+    for cfg, metrics in runs.values():
+        stage1, main = steps_of(cfg)
+        train = (stage1 + main) * step_s.get(cfg.method, step_s["default"])
+        dev = main // cfg.eval_steps * eval_s[cfg.metric.startswith("transfer") and "transfer_dev" or "sts_dev"]
+        final = sum(eval_s.get(m, 0) for m in metrics)
+        total.update({"training": train * seeds, "dev evaluations": dev * seeds, "final evaluations": final * seeds})
+        by_method[cfg.method] += seeds
+    per_run = sum(total.values()) / sum(by_method.values())
+    extra_runs = sum(extra.values()) * seeds
+    total["grid extras (at the mean run's cost)"] = extra_runs * per_run
+    pretrained = sum(evaluations.values()) * eval_s.get("sts_test", 0)
+    total["untrained starts and released rows (STS test each)"] = pretrained
+    print(f"{len(runs)} distinct runs in the rehearsal's store x {seeds} seeds = {sum(by_method.values())} mini runs "
+          f"({', '.join(f'{m} {n}' for m, n in by_method.most_common())}); grid extras {extra_runs} "
+          f"({'; '.join(f'{k} +{v}' for k, v in extra.items())} per seed); {sum(evaluations.values())} pretrained "
+          "evaluations")
+    for what, seconds in total.items():
+        print(f"  {what:<52} {seconds / 3600:6.2f} h")
+    print(f"  {'total on the machine the times were measured on':<52} {sum(total.values()) / 3600:6.2f} h")
+
+
+def _seconds(text: str) -> dict:
+    return {k: float(v) for k, v in (part.split("=") for part in text.split(",") if part)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=12)
@@ -78,7 +150,13 @@ def main() -> None:
     parser.add_argument("--eval", action="store_true")
     parser.add_argument("--standins")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--plan", type=Path)
+    parser.add_argument("--step-s", default="", help="method=seconds per training step, and default=...")
+    parser.add_argument("--eval-s", default="", help="sts_dev=..,transfer_dev=..,sts_test=..,transfer_test=.. seconds")
     args = parser.parse_args()
+    if args.plan:
+        plan(args.plan, _seconds(args.step_s), _seconds(args.eval_s))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -436,9 +436,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
     p.add_argument("--preset", required=True, choices=list(PRESETS))
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
-                   help="paper: the papers' models and Wiki1M (GPU, Hub); cpu: all-MiniLM-L6-v2 on the local Wiki1M "
-                        "sample; smoke: tiny random models, seconds; auto (default, as the notebooks): paper with a "
-                        "CUDA GPU, else cpu")
+                   help="paper: the papers' models and Wiki1M (GPU, Hub); mini: Google's masked-LM BERT miniatures "
+                        "with the papers' recipes (Hub once); cpu: all-MiniLM-L6-v2 on the local Wiki1M sample; "
+                        "smoke: tiny random models, seconds; mini-rehearsal: mini's models at smoke's sizes; auto "
+                        "(default, as the notebooks): paper with a CUDA GPU, else mini where its models are cached or "
+                        "the Hub answers, else cpu")
     p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
     p.add_argument("--seed", type=int)
     p.add_argument("--max-steps", type=int)

@@ -137,6 +137,15 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     offline = offline_mode() if offline is None else offline
     resolved = resolve_reference(ref, data_dir)
     local = Path(resolved).is_dir()
+    if not (local or offline):
+        # after reading a repository's pickled weights, transformers asks a Hub Space to open a pull request that
+        # converts them to safetensors (the miniatures ship pytorch_model.bin): the kit reads others' repositories,
+        # it does not write to them, unless the user sets the variable otherwise
+        os.environ.setdefault("DISABLE_SAFETENSORS_CONVERSION", "1")
+        unreachable = hub_unreachable()
+        # a cached model is read as offline when the Hub does not answer: transformers would otherwise retry its
+        # listings of the repository for about 48 s a load
+        offline = bool(unreachable) and in_hub_cache(resolved)
     if not (local or offline or in_hub_cache(resolved)):
         unreachable = hub_unreachable()
         if unreachable:  # fail now, not after a minute of transformers' retries
@@ -233,10 +242,19 @@ def _damaged_file(folder: Path) -> tuple[Path, str] | None:
     return None
 
 
+#: a model's weights in one of the layouts transformers reads
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
 def in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hugging Face cache holds the model's config and weights (a download stopped during the weights
+    leaves the config alone)."""
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    def cached(name: str) -> bool:
+        return isinstance(try_to_load_from_cache(repo_id, name), str)
+
+    return cached("config.json") and any(cached(name) for name in WEIGHT_FILES)
 
 
 @functools.lru_cache(maxsize=1)

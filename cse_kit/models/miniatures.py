@@ -37,9 +37,9 @@ def config_dict(ref: str) -> dict:
 
 
 def bert_config_where_untyped(folder: Path):
-    """A BertConfig for a model folder whose config.json names no `model_type` and whose repository is a BERT
-    miniature, else None: transformers 5 no longer guesses the type from the name as 4.x did, and the miniatures'
-    configs predate the key."""
+    """A BertConfig for a model folder whose config.json names no `model_type` (a BERT miniature's, or a local copy
+    of one: load_model asks only for those), else None: transformers 5 no longer guesses the type from the name as
+    4.x did, and the miniatures' configs predate the key."""
     try:
         values = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
