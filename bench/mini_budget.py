@@ -96,6 +96,18 @@ def steps_of(cfg, data_dir=None) -> tuple[int, int]:
     return (cfg.stage1_steps if cfg.method == "diffaug" or cfg.semi_strategy != "none" else 0), main
 
 
+def _alpha_runs(profile: str) -> set[str]:
+    """The distinct runs of DiffAug's α-swept rows (Table 1's ConSERT_joint, Table 6, the joint selection of Tables
+    2 and 7) on a profile's α grid."""
+    import json
+
+    from cse_kit.papers import diffaug
+
+    rows = (diffaug.table1_rows(profile)[0] + diffaug.table6_rows(diffaug.ALPHA_GRIDS[profile])[0]
+            + diffaug.joint_selection_rows("bert", profile)[0])
+    return {json.dumps([row.preset, row.overrides], sort_keys=True) for row in rows if row.preset}
+
+
 def plan(results_dir: Path, step_s: dict, eval_s: dict, data_dir=None) -> None:
     import json
     from collections import Counter
@@ -114,8 +126,7 @@ def plan(results_dir: Path, step_s: dict, eval_s: dict, data_dir=None) -> None:
     seeds = len(PROFILES["mini"]["report"]["seeds"])
     extra = {"DiffAug Figure 5 stage-1 grid": len(diffaug.STAGE1_GRIDS["mini"]) - len(diffaug.STAGE1_GRIDS["smoke"]),
              "DiffAug Figure 4 prefix grid": len(diffaug.PREFIX_GRIDS["mini"]) - len(diffaug.PREFIX_GRIDS["smoke"]),
-             "DiffAug Tables 1, 6 α grid (7 joint rows)": 7 * (len(diffaug.ALPHA_GRIDS["mini"])
-                                                             - len(diffaug.ALPHA_GRIDS["smoke"]))}
+             "DiffAug Tables 1, 2-7, 6 α grid": len(_alpha_runs("mini") - _alpha_runs("mini-rehearsal"))}
     total = Counter()
     by_method = Counter()
     for cfg, metrics in runs.values():

@@ -86,3 +86,19 @@ def test_the_mini_profile_sizes_every_grid_within_its_runs_and_keeps_the_recipes
     large = _built([Row("ESimCSE", "esimcse-bert-large"), Row("RoBERTa", "simcse-roberta")])
     assert large["ESimCSE"].model == "google/bert_uncased_L-8_H-512_A-8"
     assert "no masked-LM-pretrained RoBERTa miniature" in large["RoBERTa"]
+
+
+def test_the_mini_reports_coverage_says_what_the_profile_can_show_with_its_evidence():
+    """`cse-kit status` and the report say once what a mini number means, linking the section that says why."""
+    from cse_kit.experiments import PROFILE_SCOPES
+    from cse_kit.report import coverage_html, coverage_text
+    from conftest import REPO
+
+    scope, evidence = PROFILE_SCOPES["mini"]
+    assert coverage_text([], "mini").endswith(f"{scope} ({evidence}).")
+    assert f"href='{evidence}'" in coverage_html([], "mini") and scope not in coverage_text([], "smoke")
+    path, anchor = evidence.split("#")
+    headings = [line.lstrip("#").strip().lower() for line in (REPO / path).read_text().splitlines()
+                if line.startswith("#")]
+    slugs = {"".join(c for c in h if c.isalnum() or c in " -").replace(" ", "-") for h in headings}
+    assert anchor in slugs, anchor

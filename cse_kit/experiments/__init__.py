@@ -53,6 +53,15 @@ CPU_PROFILE_SCOPE = (
     "win back")
 #: where the evidence for CPU_PROFILE_SCOPE is, in the repository
 CPU_PROFILE_EVIDENCE = "docs/training.md#what-the-cpu-profile-can-and-cannot-show"
+#: profile -> (what it can and cannot show, said once where its numbers are shown; where the evidence is)
+PROFILE_SCOPES = {
+    "cpu": (CPU_PROFILE_SCOPE, CPU_PROFILE_EVIDENCE),
+    "mini": ("The mini profile starts, as the papers do, from masked-LM checkpoints (Google's BERT miniatures): each "
+             "table's 'start' line is the untrained miniature, so a row's change from it is what the method adds to "
+             "an MLM start; at a tenth of BERT-base's width and on Wiki1M's first 11,913 sentences, its numbers are "
+             "not the papers' and its ranking need not be theirs",
+             "docs/training.md#the-mini-profile-the-papers-premise-in-miniature"),
+}
 
 
 class ParameterError(ValueError):

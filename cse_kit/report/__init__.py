@@ -24,8 +24,7 @@ from traitlets.config import Config
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
 from ..environment import source_digest, threads_per_worker
-from ..experiments import (CPU_PROFILE_EVIDENCE, CPU_PROFILE_SCOPE, TABLE_MIMETYPE, auto_profile, require_models,
-                           resolve_profile)
+from ..experiments import PROFILE_SCOPES, TABLE_MIMETYPE, auto_profile, require_models, resolve_profile
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
@@ -336,17 +335,19 @@ def tally_text(lines: list[dict], profile: str) -> str:
     return "; ".join(parts)
 
 
-def scope_html(profile: str, evidence_href: str = CPU_PROFILE_EVIDENCE) -> str:
-    """What the profile can and cannot show, in one sentence with a link to its evidence (cpu), or ""."""
-    if profile != "cpu":
+def scope_html(profile: str, evidence_href: str | None = None) -> str:
+    """What the profile can and cannot show, in one sentence with a link to its evidence (PROFILE_SCOPES: cpu,
+    mini), or ""."""
+    if profile not in PROFILE_SCOPES:
         return ""
-    return (f"<p class='meta scope'>{html.escape(CPU_PROFILE_SCOPE)} (<a href='{html.escape(evidence_href)}'>"
-            f"{html.escape(CPU_PROFILE_EVIDENCE)}</a>).</p>")
+    scope, evidence = PROFILE_SCOPES[profile]
+    return (f"<p class='meta scope'>{html.escape(scope)} (<a href='{html.escape(evidence_href or evidence)}'>"
+            f"{html.escape(evidence)}</a>).</p>")
 
 
-def coverage_html(lines: list[dict], profile: str, evidence_href: str = CPU_PROFILE_EVIDENCE) -> str:
-    """The coverage matrix; on cpu, first what the profile can and cannot show (`evidence_href`: the link to its
-    evidence, relative to the page)."""
+def coverage_html(lines: list[dict], profile: str, evidence_href: str | None = None) -> str:
+    """The coverage matrix; on cpu and mini, first what the profile can and cannot show (`evidence_href`: the link
+    to its evidence, relative to the page)."""
     data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
     rows = []
     for line in lines:
@@ -366,6 +367,11 @@ def coverage_html(lines: list[dict], profile: str, evidence_href: str = CPU_PROF
             f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 
+def _evidence_href(profile: str, out_dir: Path) -> str | None:
+    """The profile's scope evidence as a link relative to the page."""
+    return os.path.relpath(ROOT / PROFILE_SCOPES[profile][1], out_dir) if profile in PROFILE_SCOPES else None
+
+
 def coverage_text(lines: list[dict], profile: str) -> str:
     """The coverage matrix for a terminal (`cse-kit status`)."""
     out, paper = [], None
@@ -379,8 +385,8 @@ def coverage_text(lines: list[dict], profile: str) -> str:
     data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
     out.append(f"\n{len(data)} data-bearing tables and figures: {tally_text(lines, profile)}"
                + ("; apart from them: " + COMPARISON_TITLE if any(line.get("apart") for line in lines) else ""))
-    if profile == "cpu":
-        out.append(f"{CPU_PROFILE_SCOPE} ({CPU_PROFILE_EVIDENCE}).")
+    if profile in PROFILE_SCOPES:
+        out.append("{} ({}).".format(*PROFILE_SCOPES[profile]))
     return "\n".join(out).lstrip("\n")
 
 
@@ -644,7 +650,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
                        n=len(runs), paper_links="".join(f"<a href='#paper-{k}'>{PAPERS[k]}</a>" for k in shown_papers)
                        + (f"<a href='#paper-comparison'>{COMPARISON_TITLE}</a>" if "comparison" in sections else ""),
                        tally=html.escape(tally_text(lines, profile)),
-                       coverage=coverage_html(lines, profile, os.path.relpath(ROOT / CPU_PROFILE_EVIDENCE, out_dir)),
+                       coverage=coverage_html(lines, profile, _evidence_href(profile, out_dir)),
                        sections=sections_html(names, sections, shown_papers),
                        environment=html.escape(json.dumps(environment or {}, indent=1)), appendix="\n".join(appendix))
     shared = {html.escape(path): html.escape(name) for path, name in machine_paths(
