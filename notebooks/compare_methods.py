@@ -28,8 +28,8 @@
 # DiffAug also reads NLI labels (its stage 1); the others train on Wiki1M alone.
 
 # %% tags=["parameters"]
-profile: str = "auto"  # paper (GPU + Hub), cpu (all-MiniLM-L6-v2, offline), smoke (tiny models); auto: paper with a GPU
-seeds: list = []  # training seeds; empty: this comparison's (paper 5, cpu 3, smoke 2: cse_kit.papers.comparison.SEEDS)
+profile: str = "auto"  # paper (GPU + Hub), mini (BERT miniatures, Hub once), cpu (offline), smoke (tiny); auto: paper, mini or cpu
+seeds: list = []  # training seeds; empty: this comparison's (paper 5, mini 3, cpu 3, smoke 2: cse_kit.papers.comparison.SEEDS)
 data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
 results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results
 force: bool = False  # retrain and re-evaluate even when a finished run exists

@@ -27,7 +27,7 @@
 # Rows from other pipelines (BERT-flow, SBERT) are shown below as the paper's numbers, with their source.
 
 # %% tags=["parameters"]
-profile: str = "auto"  # paper (GPU + Hub), cpu (all-MiniLM-L6-v2, offline), smoke (tiny models); auto: paper with a GPU
+profile: str = "auto"  # paper (GPU + Hub), mini (BERT miniatures, Hub once), cpu (offline), smoke (tiny); auto: paper, mini or cpu
 seeds: list = []  # training seeds; empty: the profile's default (the paper: mean ± std over 3 runs)
 data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
 results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results

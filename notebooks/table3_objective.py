@@ -23,7 +23,7 @@
 # and DiffCSE are the same runs as in Tables 1, 5 and 15. Off the `paper` profile only STS-B dev is evaluated.
 
 # %% tags=["parameters"]
-profile: str = "auto"  # paper (GPU + Hub), cpu (all-MiniLM-L6-v2, offline), smoke (tiny models); auto: paper with a GPU
+profile: str = "auto"  # paper (GPU + Hub), mini (BERT miniatures, Hub once), cpu (offline), smoke (tiny); auto: paper, mini or cpu
 seeds: list = []  # training seeds; empty: the profile's default
 data_dir: str = ""  # evaluation data and corpora; empty: $CSE_KIT_DATA or data/ in the repository
 results_dir: str = ""  # results store; empty: $CSE_KIT_RESULTS or reports/results
