@@ -59,8 +59,9 @@ def time_method(preset: str, models: dict[str, str], steps: int, root: Path) -> 
         overrides["stage1_steps"] = steps
     summary = train(build_config(preset, "mini", overrides), progress=False, announce=lambda line: None)
     seconds = summary["seconds"]
+    stage1, main = steps_of(cfg)
     return {"train_s_per_step": seconds["train"] / summary["steps"], "steps": summary["steps"],
-            "dev_eval_s": seconds["eval"], "precision": summary["mixed_precision"]}
+            "dev_eval_s": seconds["eval"], "precision": summary["mixed_precision"], "mini_steps": stage1 + main}
 
 
 def time_evaluation(model_dir: str) -> dict:
@@ -121,15 +122,24 @@ def plan(results_dir: Path, step_s: dict, eval_s: dict, data_dir=None) -> None:
             evaluations["pretrained " + "+".join(sorted(record["metrics"]))] += 1
             continue
         cfg = mini_config(record)
-        key = json.dumps({**cfg.to_dict(), "seed": None}, sort_keys=True, default=str)
-        runs[key] = (cfg, tuple(sorted(record["metrics"])))
+        runs[_unseeded(cfg)] = (cfg, tuple(sorted(record["metrics"])))
     seeds = len(PROFILES["mini"]["report"]["seeds"])
+    # the head-to-head's runs have its own seeds (comparison.SEEDS), the tables' the profile's
+    # (its shared recipe is the smoke profile's sizes in the rehearsal, so its runs are taken from its rows on mini)
+    head_to_head = {}
+    for row in comparison.rows("mini"):
+        if row.preset:
+            cfg = row.subject("mini", 0)
+            head_to_head[_unseeded(cfg)] = cfg
+    for key, cfg in head_to_head.items():
+        runs.setdefault(key, (cfg, ("sts_pairs", "sts_test")))
     extra = {"DiffAug Figure 5 stage-1 grid": len(diffaug.STAGE1_GRIDS["mini"]) - len(diffaug.STAGE1_GRIDS["smoke"]),
              "DiffAug Figure 4 prefix grid": len(diffaug.PREFIX_GRIDS["mini"]) - len(diffaug.PREFIX_GRIDS["smoke"]),
              "DiffAug Tables 1, 2-7, 6 α grid": len(_alpha_runs("mini") - _alpha_runs("mini-rehearsal"))}
     total = Counter()
     by_method = Counter()
-    for cfg, metrics in runs.values():
+    for key, (cfg, metrics) in runs.items():
+        seeds = len(comparison.SEEDS["mini"]) if key in head_to_head else len(PROFILES["mini"]["report"]["seeds"])
         stage1, main = steps_of(cfg)
         train = (stage1 + main) * step_s.get(cfg.method, step_s["default"])
         dev = main // cfg.eval_steps * eval_s[cfg.metric.startswith("transfer") and "transfer_dev" or "sts_dev"]
@@ -137,17 +147,25 @@ def plan(results_dir: Path, step_s: dict, eval_s: dict, data_dir=None) -> None:
         total.update({"training": train * seeds, "dev evaluations": dev * seeds, "final evaluations": final * seeds})
         by_method[cfg.method] += seeds
     per_run = sum(total.values()) / sum(by_method.values())
+    seeds = len(PROFILES["mini"]["report"]["seeds"])
     extra_runs = sum(extra.values()) * seeds
     total["grid extras (at the mean run's cost)"] = extra_runs * per_run
     pretrained = sum(evaluations.values()) * eval_s.get("sts_test", 0)
     total["untrained starts and released rows (STS test each)"] = pretrained
-    print(f"{len(runs)} distinct runs in the rehearsal's store x {seeds} seeds = {sum(by_method.values())} mini runs "
+    print(f"{len(runs)} distinct runs (the rehearsal store's and the head-to-head's rows on mini: {len(head_to_head)} of the head-to-head x "
+          f"{len(comparison.SEEDS['mini'])} seeds, the rest x {seeds}) = {sum(by_method.values())} mini runs "
           f"({', '.join(f'{m} {n}' for m, n in by_method.most_common())}); grid extras {extra_runs} "
           f"({'; '.join(f'{k} +{v}' for k, v in extra.items())} per seed); {sum(evaluations.values())} pretrained "
           "evaluations")
     for what, seconds in total.items():
         print(f"  {what:<52} {seconds / 3600:6.2f} h")
     print(f"  {'total on the machine the times were measured on':<52} {sum(total.values()) / 3600:6.2f} h")
+
+
+def _unseeded(cfg) -> str:
+    import json
+
+    return json.dumps({**cfg.to_dict(), "seed": None}, sort_keys=True, default=str)
 
 
 def _seconds(text: str) -> dict:
@@ -175,14 +193,14 @@ def main() -> None:
         models = standins(Path(args.standins) if args.standins else root / "standins")
         print(f"{torch.get_num_threads()} threads; mini runs are {MINI_STEPS} steps of 64 (Wiki1M's first 11,913 "
               "sentences)")
-        print(f"{'preset':<22} {'s/step':>7} {'precision':>9} {'dev eval s':>10} {'s/run of training':>18}")
+        print(f"{'preset':<22} {'s/step':>7} {'precision':>9} {'dev eval s':>10} {'s/mini run of training':>18}")
         per_step = {}
         for preset in args.methods.split(","):
             timing = time_method(preset, models, args.steps, root)
             per_step[preset] = timing["train_s_per_step"]
             print(f"{preset:<22} {timing['train_s_per_step']:>7.3f} {timing['precision']:>9} "
                   f"{timing['dev_eval_s'] / max(1, timing['steps'] // args.steps):>10.1f} "
-                  f"{timing['train_s_per_step'] * MINI_STEPS:>18.0f}")
+                  f"{timing['train_s_per_step'] * timing['mini_steps']:>18.0f}")
         print(f"median s/step over the methods: {statistics.median(per_step.values()):.3f}")
         if args.eval:
             for tasks, t in time_evaluation(models[PROFILES["mini"]["backbones"]["bert"][0]]).items():
