@@ -327,3 +327,17 @@ def test_diffaug_start_reads_each_part_of_diffaugs_test_model_apart(data_dir):
                          "zero+shift", "fresh"]
     assert abs(dev["fresh"] - dev["zero+shift"]) < 1 and dev["fresh"] != dev["prompt_mask"]
     assert math.isfinite(float(lines[-1][4])) and lines[0][4] == "nan"  # the 7-STS test of the named line only
+
+
+@pytest.mark.parametrize("preset", ["simcse-bert", "diffaug-semi-bert"])
+def test_mini_budget_counts_a_runs_steps_as_the_training_loop_does(preset, data_dir, tmp_path):
+    """bench/mini_budget.py --plan prices the mini report by each run's steps: the count it makes (batches rounded up,
+    times epochs, DiffAug's stage 1 added) is what a run takes, here a smoke run's."""
+    import mini_budget
+
+    from cse_kit.train import build_config, train
+
+    cfg = build_config(preset, "smoke", {"output_dir": str(tmp_path / "run"), "data_dir": str(data_dir)})
+    summary = train(cfg, progress=False, announce=lambda line: None)
+    stage1, main = mini_budget.steps_of(cfg, data_dir)
+    assert stage1 + main == summary["steps"] and stage1 == (cfg.stage1_steps if cfg.method == "diffaug" else 0)
