@@ -152,8 +152,8 @@ def plan(results_dir: Path, step_s: dict, eval_s: dict, data_dir=None) -> None:
     total["grid extras (at the mean run's cost)"] = extra_runs * per_run
     pretrained = sum(evaluations.values()) * eval_s.get("sts_test", 0)
     total["untrained starts and released rows (STS test each)"] = pretrained
-    print(f"{len(runs)} distinct runs (the rehearsal store's and the head-to-head's rows on mini: {len(head_to_head)} of the head-to-head x "
-          f"{len(comparison.SEEDS['mini'])} seeds, the rest x {seeds}) = {sum(by_method.values())} mini runs "
+    print(f"{len(runs)} distinct runs (the rehearsal store's and the head-to-head's rows on mini: "
+          f"{len(head_to_head)} of the head-to-head x {len(comparison.SEEDS['mini'])} seeds, the rest x {seeds}) = {sum(by_method.values())} mini runs "
           f"({', '.join(f'{m} {n}' for m, n in by_method.most_common())}); grid extras {extra_runs} "
           f"({'; '.join(f'{k} +{v}' for k, v in extra.items())} per seed); {sum(evaluations.values())} pretrained "
           "evaluations")
