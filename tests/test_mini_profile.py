@@ -129,6 +129,10 @@ def test_the_mini_models_download_into_an_empty_cache_with_their_shapes_and_mlm_
     # the kit asked whether the Hub answers (cse_kit.models.hub_unreachable) before the first download
     first_get = next(i for i, (method, path) in enumerate(hub.requests) if method == "GET" and "/resolve/" in path)
     assert ("HEAD", "/") in hub.requests[:first_get], hub.requests[:first_get]
+    # nor did transformers' safetensors auto-conversion of pickled weights start: it looks up the repository's
+    # commits and discussions to ask a Hub Space for a pull request on it (the kit sets DISABLE_SAFETENSORS_CONVERSION)
+    asked = [path for _, path in hub.requests if path.endswith("/commits/main") or "/discussions" in path]
+    assert not asked, asked
 
 
 def test_the_downloaded_mini_models_load_from_the_cache_offline_with_the_hub_stopped(downloaded, standins):
