@@ -289,8 +289,8 @@ PROFILES = {
     # The papers' premise in miniature: Google's masked-LM-pretrained BERT miniatures (cse_kit.models.miniatures),
     # BERT-Mini (4 x 256) for BERT-base and, for DiffCSE's generator, the miniature of half its depth and the same width
     # (as DistilBERT is to BERT-base); BERT-Medium (8 x 512) for BERT-large with BERT-Small (4 x 512) as its generator.
-    # The papers' recipes (batch, lr, temperature, pooler, 1 epoch) on Wiki1M's first 11,913 sentences, which are the
-    # local Wiki1M sample (so only the models are downloaded): 187 steps of 64; dev every 25 steps. DiffAug and
+    # The papers' recipes (batch, lr, temperature, pooler, epochs) on Wiki1M's first 11,913 sentences, which are the
+    # local Wiki1M sample (so only the models are downloaded): 187 steps of 64 an epoch; dev every 25 steps. DiffAug and
     # PromptBERT train with batches of 64 too (256 would leave 47 steps), DiffAug's stage 1 96 steps (about the paper's
     # 2000 / 3906). Sized so the whole report runs in a working day on an 8-core CPU (docs/notebooks.md, "The mini
     # profile", measured by bench/mini_budget.py)
@@ -311,8 +311,9 @@ PROFILES = {
              # one seed a table, as cpu (three would triple the working day: docs/notebooks.md, "The mini
              # profile"); the head-to-head keeps its three (comparison.SEEDS)
              "report": {"seeds": [42], "transfer_mode": "test"}},
-    # the mini profile's models at the smoke profile's sizes: every notebook on the miniatures in minutes, to check
-    # the downloads and the code paths before the working day `mini` takes (its numbers mean nothing)
+    # the mini profile's models at the smoke profile's sizes (filled in below, from both; here for the profiles'
+    # order): every notebook on the miniatures, to check the downloads and the code paths before the working day
+    # `mini` takes (its numbers mean nothing)
     "mini-rehearsal": {"sizing": "smoke"},
     # the large backbones' stand-ins are the same tiny models: smoke runs check the code path, not the size
     "smoke": {"backbones": {"bert": ("smoke-bert", "smoke-bert-mlm"), "roberta": ("smoke-roberta", "smoke-roberta-mlm"),
