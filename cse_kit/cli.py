@@ -171,18 +171,14 @@ def _pooler_of(model: str, stated=None) -> str:
 
 
 def cmd_train(args) -> int:
-    from .experiments import auto_profile, require_models, resolve_profile
+    from .experiments import chosen_profile
     from .train import build_config, train
     from .train.launch import join_srun_step
     from .train.loop import TrainingStopped
     from .train.preemption import slurm_training
 
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
-    if args.profile == "auto":
-        profile, why = auto_profile()
-        print(why)
-    profile = resolve_profile(args.profile if args.profile != "auto" else profile)
-    require_models(profile)
+    profile = chosen_profile(args.profile)
     cfg = build_config(args.preset, profile, _train_overrides(args))
     args.run_dir = cfg.output_dir  # named when the run is stopped (main)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}

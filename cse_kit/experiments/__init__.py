@@ -78,6 +78,17 @@ def resolve_profile(profile: str) -> str:
     return profile
 
 
+def chosen_profile(profile: str, say=print) -> str:
+    """The profile a command or notebook runs: `auto` resolved, saying which and why; stops, in one line naming them,
+    where the profile's models can be had neither from the cache nor from the Hub (require_models)."""
+    if profile == "auto":
+        profile, why = auto_profile()
+        say(why)
+    profile = resolve_profile(profile)
+    require_models(profile)
+    return profile
+
+
 def auto_profile() -> tuple[str, str]:
     """(the profile `auto` picks, one line saying which and why)."""
     import torch
@@ -232,11 +243,7 @@ def setup(profile: str = "auto", seeds: list | None = None, data_dir: str = "", 
     """The first cell's call: resolves the profile and the seeds (when empty, `default_seeds[profile]` or the
     profile's report seeds) and opens the results store. Prints the profile, which every number is recorded with."""
     _quiet()
-    if profile == "auto":
-        profile, why = auto_profile()
-        print(why)
-    profile = resolve_profile(profile)
-    require_models(profile)
+    profile = chosen_profile(profile)
     seeds = list(seeds) if seeds else list((default_seeds or {}).get(profile, PROFILES[profile]["report"]["seeds"]))
     check(all(isinstance(s, int) for s in seeds), f"seeds must be integers, got {seeds}")
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})

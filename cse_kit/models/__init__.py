@@ -143,16 +143,14 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
         # it does not write to them, unless the user sets the variable otherwise
         os.environ.setdefault("DISABLE_SAFETENSORS_CONVERSION", "1")
         unreachable = hub_unreachable()
-        # a cached model is read as offline when the Hub does not answer: transformers would otherwise retry its
-        # listings of the repository for about 48 s a load
-        offline = bool(unreachable) and in_hub_cache(resolved)
-    if not (local or offline or in_hub_cache(resolved)):
-        unreachable = hub_unreachable()
-        if unreachable:  # fail now, not after a minute of transformers' retries
+        if unreachable and not in_hub_cache(resolved):  # fail now, not after a minute of transformers' retries
             raise ModelNotFoundError(
                 f"cannot load {ref!r}: it is not in the local Hugging Face cache and the Hub cannot be reached "
                 f"({unreachable}). Without internet, use the cpu or smoke profile (--profile cpu), a local model "
                 f"directory, or fetch it elsewhere with `hf download {resolved}` and copy the cache.")
+        # a cached model is read as offline when the Hub does not answer: transformers would otherwise retry its
+        # listings of the repository for about 48 s a load
+        offline = bool(unreachable)
     trusted = trust_remote_code()
     try:
         with quiet_transformers():  # a custom model type's tokenizer warns of its config before the refusal

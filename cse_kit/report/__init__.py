@@ -24,7 +24,7 @@ from traitlets.config import Config
 from ..data import resolve_data_dir
 from ..data.published import artefacts, paper_spec
 from ..environment import source_digest, threads_per_worker
-from ..experiments import PROFILE_SCOPES, TABLE_MIMETYPE, auto_profile, require_models, resolve_profile
+from ..experiments import PROFILE_SCOPES, TABLE_MIMETYPE, chosen_profile
 from ..experiments.render import (long_form_html, not_run_reasons, ours_text, paper_layout_html, paper_text,
                                   values_html, within_tolerance)
 from ..io import write_json_atomic, write_text_atomic
@@ -612,11 +612,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     from ..experiments import PROFILE_NOTES
 
     check_notebooks()
-    if profile == "auto":
-        profile, why = auto_profile()
-        log(why)
-    profile = resolve_profile(profile)
-    require_models(profile)  # one line naming the models, not a failure in every notebook
+    profile = chosen_profile(profile, log)  # missing models: one line naming them, not a failure in every notebook
     out_dir = (Path(out_dir) if out_dir else ROOT / "reports").resolve()
     names = select(papers, only)
     for line in where_text(out_dir, Path(results_dir or default_results_dir()).resolve(),

@@ -358,10 +358,9 @@ def hub_models(profile: str) -> list[str]:
     backbones, generators and Table 6's miniature generators). The paper profile's are the papers' own."""
     from ..models.miniatures import is_miniature
 
-    if sizing(profile) == "paper" or not any(is_miniature(m) for pair in PROFILES[profile]["backbones"].values()
-                                             for m in pair):
-        return []
     named = [m for pair in PROFILES[profile]["backbones"].values() for m in pair]
+    if not any(is_miniature(m) for m in named):
+        return []
     return list(dict.fromkeys([*named, *(ref for ref in GENERATORS.values() if is_miniature(ref))]))
 
 
