@@ -402,7 +402,8 @@ def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook
         assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts  # every cell ran
         errors = [text for text in stderr if re.search(r"Traceback|^-{20,}$", text, re.MULTILINE)]
         assert not errors, errors
-        assert "[cse-kit] run 1/1: 0.005, seed 1" in "".join(stderr) or "computing 0" in "".join(stderr), stderr
+        # the λ run, then its untrained start (issue 56: smoke tables show it)
+        assert "[cse-kit] run 1/2: 0.005, seed 1" in "".join(stderr) or "computing 0" in "".join(stderr), stderr
         assert table.locator(".paper").first.inner_text() == "84.56" and table.locator(".delta").count() == 1
         assert re.search(r"\(n=|±", table.locator("td b").first.inner_text())  # ours, over the seeds
         assert page.locator(".jp-RenderedImage img").evaluate("img => img.naturalWidth") > 300  # the figure
