@@ -60,9 +60,12 @@ OFFICIAL_PRECISION = {
 #: the methods whose official loss is gathered across processes with the gradient through each process's own rows
 #: (SimCSE models.py:171-189, Prompt-BERT and DiffAug the same): what official_processes scales
 SHARED_LOSS_METHODS = ("simcse", "promptbert", "diffaug")
-#: Settings that do not change what is trained: a resumed run may differ from its checkpoint in these.
-NOT_TRAINING = ("output_dir", "data_dir", "extra", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
-                "stage1_snapshot_steps", "log_with")
+#: Settings that say where a run's files go or how often it logs and saves, never what it computes: a run's identity
+#: leaves them out (cse_kit.results.identity: its record key, "the same configuration under other seeds"), a resumed
+#: run may differ from its checkpoint in them, and a run's name does not name them. stage1_snapshot_steps is not one:
+#: DiffAug Figure 3 reads the snapshots it saves.
+NOT_COMPUTING = ("output_dir", "data_dir", "log_with", "log_steps", "save_steps", "checkpoint_minutes", "keep_checkpoint",
+                 "extra")
 
 
 @dataclass

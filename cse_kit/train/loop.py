@@ -37,7 +37,7 @@ from ..eval.prompt import Template
 from ..models import load_model
 from ..progress import STATUS_SECONDS, duration
 from .checkpoint import STATE, RunStateError, read_checkpoint, trainer_state, write_process_files
-from .config import NOT_TRAINING, TrainConfig
+from .config import NOT_COMPUTING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .export import export_encoder
 from .launch import check_processes
@@ -64,9 +64,9 @@ NEW_CHECKPOINT = ".checkpoint.new"
 
 
 def training_changes(old: dict, new: dict) -> dict:
-    """{key: [old, new]} for the settings that change training."""
+    """{key: [old, new]} for the settings that compute (NOT_COMPUTING: where and how often are free to differ)."""
     return {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new))
-            if k not in NOT_TRAINING and old.get(k) != new.get(k)}
+            if k not in NOT_COMPUTING and old.get(k) != new.get(k)}
 
 
 def _read_json(path: Path, fix: str) -> dict:

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from ..io import write_json_atomic
-from .config import NOT_TRAINING
+from .config import NOT_COMPUTING
 
 #: the trackers a run logs to when its log_with is unset (comma-separated names, or `none`)
 LOG_WITH_ENV = "CSE_KIT_LOG_WITH"
@@ -72,7 +72,7 @@ def run_name(cfg) -> str:
     ("diffcse-bert-sts lam=0.01 seed=1"); without a preset, its method and model."""
     from .presets import build_config
 
-    unnamed = (*NOT_TRAINING, "preset", "profile", "seed")  # what does not train, or is named anyway
+    unnamed = (*NOT_COMPUTING, "preset", "profile", "seed")  # what does not train, or is named anyway
     try:
         base = build_config(cfg.preset, cfg.profile or "paper").to_dict() if cfg.preset else {}
     except ValueError:  # a profile that cannot build the preset: every setting is then its own
