@@ -18,19 +18,25 @@ numbers differ in their last bits from one CPU to the next and these differences
 run; the tolerances are the differences measured between this kit's CPU kernels (ATEN_CPU_CAPABILITY=avx2 against
 avx512, one thread against two: docs/install.md has the numbers) with a margin, far below what a library version or a
 bug moves. A number beyond its tolerance is said with its likely cause: what differs between this environment and the
-references' (a library version, the CPU's kernels or bf16 unit, the thread count, the kit's code)."""
+references' (a library version, the CPU's kernels or bf16 unit, the thread count, the kit's code).
+
+The references hold the digest of the kit's number-deciding code they were checked against (the results store's
+code_version: what keys its records), so a change to that code is named as a likely cause only where it happened;
+tests/test_doctor.py fails while the code's digest and the references' differ, until `--write-references` (every check)
+records it, changing no number that is still the same."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 import tempfile
 import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from .environment import NUMBER_LIBRARIES, describe, source_digest
+from .environment import NUMBER_LIBRARIES, describe
 
 REFERENCES = Path(__file__).with_name("doctor_references.json")
 WRITE_COMMAND = "cse-kit doctor --write-references"
@@ -39,8 +45,6 @@ MAIN_MODEL, MAIN_POOLER, MAIN_MODE, MAIN_SEED = "all-MiniLM-L6-v2", "avg", "fast
 QUICK_TRANSFER = "CR"
 SMOKE_SEED = 1
 STEP_PRESET, STEP_SEED, STEP_COUNT = "simcse-bert", 42, 2
-#: the kit's code whose changes move the numbers (the doctor and the command line do not)
-NUMBER_CODE = ("data", "eval", "methods", "models", "train")
 
 #: the largest |measured - reference| that is the same, by kind of number (see the module's docstring)
 TOLERANCES = {"sts": 0.01, "transfer": 0.1, "smoke dev": 0.05, "smoke loss": 1e-4, "step fp32": 1e-5,
@@ -75,9 +79,11 @@ def checks() -> list[Check]:
 # ---- measuring (here, or in a SLURM job on the nodes that will train) ----
 
 def measure(quick: bool, data_dir: str | None = None) -> dict:
-    """{"environment": where it ran, "values": {check name: number or list}, "seconds": s}, for the checks of
-    selected(quick) that run here."""
+    """{"environment": where it ran, "code": the digest of the number-deciding code it ran, "values": {check name:
+    number or list}, "seconds": s}, for the checks of selected(quick) that run here."""
     import datasets
+
+    from .results import code_version
 
     datasets.disable_progress_bars()  # a corpus's tokenizing bar: the doctor prints one line per check
     start = time.perf_counter()
@@ -91,7 +97,8 @@ def measure(quick: bool, data_dir: str | None = None) -> dict:
         for precision in ("fp32", "bf16"):
             if f"cpu-profile steps, {precision}: loss" in names:
                 values[f"cpu-profile steps, {precision}: loss"] = _cpu_steps(precision, Path(tmp), data_dir)
-    return {"environment": environment(), "values": values, "seconds": time.perf_counter() - start}
+    return {"environment": describe(), "code": code_version(), "values": values,
+            "seconds": time.perf_counter() - start}
 
 
 def selected(quick: bool) -> list[Check]:
@@ -103,11 +110,6 @@ def runs_here(check: Check) -> bool:
     from .environment import cpu_bf16_unit
 
     return not check.bf16 or cpu_bf16_unit() is not None
-
-
-def environment() -> dict:
-    """What the numbers depend on besides the kit's code: describe()'s machine and versions, and the code's digest."""
-    return {**describe(), "number_code": source_digest(NUMBER_CODE)}
 
 
 def _main_command(names: list[str], data_dir) -> dict:
@@ -156,15 +158,29 @@ def _cpu_steps(precision: str, tmp: Path, data_dir) -> list[float]:
 
 # ---- comparing ----
 
-def read_references(path: Path = REFERENCES) -> dict:
-    """{"provenances": [environment + date + command, ...], "values": {name: {"value": v, "provenance": i}}}."""
+def write_command(quick: bool = False, data_dir: str | None = None, cluster: str = "local",
+                  references_path: Path = REFERENCES) -> str:
+    """`cse-kit doctor --write-references` with the options given, the references file above all: without it, the
+    command would rewrite the kit's file instead of a lab's own."""
+    options = [WRITE_COMMAND] + ["--quick"] * quick + [f"--cluster {cluster}"] * (cluster != "local")
+    if data_dir is not None:
+        options.append(f"--data-dir {shlex.quote(str(data_dir))}")
+    if Path(references_path).resolve() != REFERENCES.resolve():
+        options.append(f"--references {shlex.quote(str(references_path))}")
+    return " ".join(options)
+
+
+def read_references(path: Path = REFERENCES, write: str = WRITE_COMMAND) -> dict:
+    """{"code": the digest of the number-deciding code every value was last checked against, "provenances":
+    [environment + date + command, ...], "values": {name: {"value": v, "provenance": i}}}. write: the command that
+    writes the file anew, said where it cannot be read."""
     try:
         references = json.loads(Path(path).read_text())
-        if not {"values", "provenances"} <= set(references):
-            raise ValueError("it has no values and provenances")
+        if not {"code", "values", "provenances"} <= set(references):
+            raise ValueError("it has no code, values and provenances")
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"cannot read the doctor's references {path} ({error}): restore it (`git checkout -- {path}`) "
-                         f"or write it anew with `{WRITE_COMMAND}`") from None
+                         f"or write it anew with `{write}`") from None
     return references
 
 
@@ -180,9 +196,13 @@ def difference(measured, reference) -> tuple[float, int | None]:
     return gaps[worst], worst + 1 if curve else None
 
 
+def is_same(check: Check, value, reference) -> bool:
+    return difference(value, reference)[0] <= check.tolerance
+
+
 def likely_causes(here: dict, there: dict, check: Check) -> list[str]:
     """What differs between this environment and a reference's, the likeliest first: library versions, the device,
-    the CPU (kernels, its bf16 unit for a bf16 check, model), the thread count, the kit's code."""
+    the CPU (kernels, its bf16 unit for a bf16 check, model), the thread count."""
     def named(key, what):
         return [f"{what} {here.get(key)} here, {there.get(key)} in the references"] \
             if here.get(key) != there.get(key) else []
@@ -192,36 +212,46 @@ def likely_causes(here: dict, there: dict, check: Check) -> list[str]:
     causes += named("device", "device") + named("gpu", "GPU") + named("cpu_capability", "CPU kernels")
     if check.bf16:
         causes += named("cpu_bf16", "bf16 unit")
-    causes += named("cpu_model", "CPU") + named("torch_threads", "threads")
-    if here.get("number_code") != there.get("number_code"):
-        causes.append("the kit's training and evaluation code changed since the references were written")
-    return causes
+    return causes + named("cpu_model", "CPU") + named("torch_threads", "threads")
 
 
-def environment_differences(here: dict, references: dict) -> list[str]:
-    """What differs between this environment and any of the references' (likely_causes of a bf16 check: all of it)."""
+def code_changes(measured: dict, references: dict) -> list[str]:
+    """The kit's number-deciding code as a likely cause, where it is not the code the references were checked
+    against (the least likely: most changes to it move no number)."""
+    here, there = measured["code"], references["code"]
+    return [] if here == there else [f"the kit's training and evaluation code changed since the references were "
+                                     f"checked (code digest {here} here, {there} in the references)"]
+
+
+def environment_differences(measured: dict, references: dict) -> list[str]:
+    """What differs between this environment and any of the references' (likely_causes of a bf16 check: all of it),
+    then the code."""
     bf16 = next(c for c in checks() if c.bf16)
-    return list(dict.fromkeys(cause for there in references["provenances"] for cause in likely_causes(here, there, bf16)))
+    causes = [cause for there in references["provenances"] for cause in likely_causes(measured["environment"], there,
+                                                                                      bf16)]
+    return list(dict.fromkeys(causes + code_changes(measured, references)))
 
 
-def verdicts(measured: dict, references: dict, quick: bool) -> list[tuple[str, str]]:
-    """(status, line) per check of selected(quick): status same, DIFFERS, skipped or missing."""
-    return [verdict(check, measured, references) for check in selected(quick)]
+def verdicts(measured: dict, references: dict, quick: bool, write: str) -> list[tuple[str, str]]:
+    """(status, line) per check of selected(quick): status same, DIFFERS, skipped or missing. write: the command
+    that writes a missing reference."""
+    return [verdict(check, measured, references, write) for check in selected(quick)]
 
 
-def verdict(check: Check, measured: dict, references: dict) -> tuple[str, str]:
+def verdict(check: Check, measured: dict, references: dict, write: str) -> tuple[str, str]:
     label = f"{check.name:<40}"
     if check.name not in measured["values"]:
         return "skipped", f"{label} this CPU has no bf16 unit (`auto` trains in fp32 here)"
     entry = references["values"].get(check.name)
     if entry is None:
-        return "missing", f"{label} no reference (a check added since they were written): {WRITE_COMMAND}"
+        return "missing", f"{label} no reference (a check added since they were written): `{write}`"
     value = measured["values"][check.name]
     gap, step = difference(value, entry["value"])
     shown = f"{_shown(value, entry['value'])}, Δ {gap:.2g}{f' at step {step}' if step and gap else ''}"
     if gap <= check.tolerance:
         return "same", f"{label} {shown} ≤ {check.tolerance:g}"
     causes = likely_causes(measured["environment"], references["provenances"][entry["provenance"]], check)
+    causes += code_changes(measured, references)
     return "DIFFERS", f"{label} {shown} > {check.tolerance:g}; likely cause: " + "; ".join(causes or [
         "nothing in the environment differs from the references': a nondeterministic kernel, or other data"])
 
@@ -243,23 +273,53 @@ def describe_environment(env: dict) -> str:
 
 # ---- writing references ----
 
+def moved(measured: dict, references: dict | None) -> set[str]:
+    """The measured checks whose number has no reference or differs from it beyond its tolerance."""
+    old = {} if references is None else references["values"]
+    return {c.name for c in checks() if c.name in measured["values"]
+            and (c.name not in old or not is_same(c, measured["values"][c.name], old[c.name]["value"]))}
+
+
 def updated_references(measured: dict, references: dict | None, command: str) -> dict:
-    """The references with every measured value replaced, under a provenance of this environment, date and command;
-    values not measured here (bf16 on a CPU without a bf16 unit, the transfer tasks under --quick) keep theirs."""
-    kept = {} if references is None else {name: (entry["value"], references["provenances"][entry["provenance"]])
-                                          for name, entry in references["values"].items()
-                                          if name not in measured["values"]}
+    """The references with every moved() value replaced, under a provenance of this environment, date and command.
+    A value found the same keeps its number and provenance (rewriting it would move the references by this machine's
+    last bits), and so does one not measured here (bf16 on a CPU without a bf16 unit, the transfer tasks under
+    --quick). The code digest becomes the measured code's where every value was measured here (checked against it),
+    else stays."""
+    replaced = moved(measured, references)
     new = {**measured["environment"], "date": date.today().isoformat(), "command": command}
-    provenances, values = [new], {}
+    provenances, values = [], {}
     for check in checks():
-        if check.name in measured["values"]:
-            values[check.name] = {"value": measured["values"][check.name], "provenance": 0}
-        elif check.name in kept:
-            value, provenance = kept[check.name]
-            if provenance not in provenances:
-                provenances.append(provenance)
-            values[check.name] = {"value": value, "provenance": provenances.index(provenance)}
-    return {"provenances": provenances, "values": values}
+        if check.name in replaced:
+            value, provenance = measured["values"][check.name], new
+        elif references is not None and check.name in references["values"]:
+            entry = references["values"][check.name]
+            value, provenance = entry["value"], references["provenances"][entry["provenance"]]
+        else:
+            continue
+        if provenance not in provenances:
+            provenances.append(provenance)
+        values[check.name] = {"value": value, "provenance": provenances.index(provenance)}
+    checked = all(name in measured["values"] for name in values)
+    return {"code": measured["code"] if checked else references["code"], "provenances": provenances,
+            "values": values}
+
+
+def write_references(path: Path, measured: dict, references: dict | None, command: str, whole: str, say) -> int:
+    """Write updated_references() to path and say what moved, what was kept and which code the file was checked
+    against. whole: the command that measures every check (the one that can record the code's digest)."""
+    from .io import write_json_atomic
+
+    written = updated_references(measured, references, command)
+    write_json_atomic(path, written)
+    replaced = len(moved(measured, references))
+    unchecked = [name for name in written["values"] if name not in measured["values"]]
+    code = f"checked against the code of digest {written['code']}" if not unchecked else (
+        f"its code digest stays {written['code']}: {len(unchecked)} of its values were not measured here (e.g. "
+        f"{unchecked[0]}); `{whole}` on a CPU with a bf16 unit checks them all")
+    say(f"wrote {replaced} reference value{'' if replaced == 1 else 's'} to {path} (the "
+        f"{len(measured['values']) - replaced} found the same keep theirs), {code}; commit it with the change")
+    return 0
 
 
 # ---- the command ----
@@ -267,35 +327,40 @@ def updated_references(measured: dict, references: dict | None, command: str) ->
 def run(quick: bool = False, data_dir: str | None = None, cluster: str = "local", write: bool = False,
         references_path: Path = REFERENCES, say=print) -> int:
     """`cse-kit doctor`: measure here or in a SLURM job, then one line per check (exit 1 when a number differs beyond
-    its tolerance or has no reference), or with write, the references rewritten from what was measured."""
-    from .io import write_json_atomic
-
+    its tolerance or has no reference); with write, the references rewritten where a number moved or had none."""
     path = Path(references_path)
-    references = read_references(path) if path.is_file() or not write else None
-    kept = "" if not quick else f" (--quick: the main command's STS numbers and {QUICK_TRANSFER}, not its other transfer " \
-                                "tasks)"
+    rewrite, whole = write_command(quick, data_dir, cluster, path), write_command(False, data_dir, cluster, path)
+    references = read_references(path, rewrite) if path.is_file() or not write else None
+    kept = "" if not quick else \
+        f" (--quick: the main command's STS numbers and {QUICK_TRANSFER}, not its other transfer tasks)"
     say(f"cse-kit doctor: {len(selected(quick))} checks{kept} against {path}"
         + (", measured in a SLURM job" if cluster == "slurm" else ""))
     measured = measure_on_slurm(quick, data_dir, say) if cluster == "slurm" else measure(quick, data_dir)
     say(f"measured on {describe_environment(measured['environment'])}, in {measured['seconds']:.0f} s")
+    lines = [] if references is None else compare(measured, references, quick, rewrite, say)
     if write:
-        command = WRITE_COMMAND + (" --quick" if quick else "") + (" --cluster slurm" if cluster == "slurm" else "")
-        write_json_atomic(path, updated_references(measured, references, command))
-        say(f"wrote {len(measured['values'])} reference values to {path}; commit it with the change that moved them")
-        return 0
-    differences = environment_differences(measured["environment"], references)
-    say("against the references' environment: " + ("; ".join(differences) if differences else
-                                                    "the same versions, CPU, kernels, bf16 unit and threads"))
-    lines = verdicts(measured, references, quick)
-    for status, line in lines:
-        say(f"{status:<8} {line}")
+        return write_references(path, measured, references, write_command(quick, cluster=cluster), whole, say)
     counts = {status: sum(1 for s, _ in lines if s == status) for status in ("same", "DIFFERS", "missing", "skipped")}
     failed = counts["DIFFERS"] + counts["missing"]
     say(", ".join(f"{n} {status.lower()}" for status, n in counts.items() if n) +
-        (f". After an intended change (a library upgrade, a fix that moves numbers): `{WRITE_COMMAND}`" if failed else
-         (": no number moved; " if differences else ": ") + "this machine and library stack reproduce the kit's "
-         "reference numbers"))
+        (f". After an intended change (a library upgrade, a fix that moves numbers): `{rewrite}`" if failed else
+         (": no number moved; " if environment_differences(measured, references) else ": ") +
+         "this machine and library stack reproduce the kit's reference numbers"))
+    if not failed and code_changes(measured, references):
+        say(f"the kit's changed code moved none of these numbers: `{whole}` (every check) records its digest in the "
+            "references, changing no number")
     return 1 if failed else 0
+
+
+def compare(measured: dict, references: dict, quick: bool, write: str, say) -> list[tuple[str, str]]:
+    """Say what differs from the references' environment and one line per check; the verdicts()."""
+    differences = environment_differences(measured, references)
+    say("against the references' environment: " + ("; ".join(differences) if differences else
+                                                    "the same versions, CPU, kernels, bf16 unit and threads"))
+    lines = verdicts(measured, references, quick, write)
+    for status, line in lines:
+        say(f"{status:<8} {line}")
+    return lines
 
 
 def measure_on_slurm(quick: bool, data_dir: str | None, say) -> dict:

@@ -1,6 +1,6 @@
 """`cse-kit doctor` (issue 59): one line per check against the committed references, the likely cause of a number
-that moved, exit 1 when one differs beyond its tolerance, --quick, --write-references, a SLURM job; and the CPU
-classes (AVX2 only, AVX512-BF16, AMX) emulated with ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and $CSE_KIT_CPU_UNIT."""
+that moved, exit 1 when one differs beyond its tolerance, --quick, --write-references (issue 68: the references' code
+digest is the code's, hints carry the options given), a SLURM job; and the CPU classes (AVX2 only, AVX512-BF16, AMX) emulated with ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and $CSE_KIT_CPU_UNIT."""
 
 import json
 import subprocess
@@ -10,7 +10,8 @@ import pytest
 
 from conftest import cli_env
 from cse_kit import cli, doctor
-from cse_kit.environment import CPU_UNIT_ENV, capped_by_isa, chosen_unit
+from cse_kit.environment import CPU_UNIT_ENV, capped_by_isa, chosen_unit, describe
+from cse_kit.results import code_version
 
 #: what a machine of each CPU class runs, emulated on whatever CPU runs the tests (docs/install.md, "CPU classes"):
 #: the AVX2 class narrows what is real on any x86 CPU with AVX2; the AVX512-BF16 class narrows an AMX CPU and is
@@ -34,11 +35,13 @@ def python(code: str, env: dict) -> str:
 
 def measured_as_references(references: dict, quick: bool, **environment) -> dict:
     """What measure() returns where every number is its reference's, in the references' environment (whatever CPU and
-    thread count the suite runs on: its workers run one thread each) changed by `environment`."""
+    thread count the suite runs on: its workers run one thread each) changed by `environment`, with the code the
+    references were checked against."""
     values = {c.name: references["values"][c.name]["value"] for c in doctor.selected(quick) if doctor.runs_here(c)}
-    here = doctor.environment()
+    here = describe()
     theirs = {k: v for k, v in references["provenances"][0].items() if k in here}
-    return {"environment": {**here, **theirs, **environment}, "values": values, "seconds": 1.0}
+    return {"environment": {**here, **theirs, **environment}, "code": references["code"], "values": values,
+            "seconds": 1.0}
 
 
 def line_of(lines, name: str) -> str:
@@ -52,6 +55,17 @@ def doctor_cli(monkeypatch, capsys, measured: dict, *args) -> tuple[int, list[st
     monkeypatch.setattr(doctor, "measure", lambda quick, data_dir: measured)
     code = cli.main(["doctor", *args])
     return code, capsys.readouterr().out.splitlines()
+
+
+def test_the_references_were_checked_against_the_number_deciding_code_of_this_commit():
+    """The results store's code digest (what keys its records) is the references' own: else a clean checkout's doctor
+    would name a code change as the likely cause of every number that moves."""
+    references = doctor.read_references()["code"]
+    assert references == code_version(), (
+        f"the kit's number-deciding code (cse_kit.results.RESULT_CODE) has digest {code_version()}, the doctor's "
+        f"references {references}: run `cse-kit doctor --write-references` (every check: not --quick, on a CPU with "
+        "a bf16 unit), check it prints every check `same` (a number that moved is rewritten: intended?) and commit "
+        "cse_kit/doctor_references.json with the code change")
 
 
 def test_the_references_name_every_check_with_where_and_how_they_were_measured():
@@ -119,44 +133,126 @@ def test_a_number_beyond_its_tolerance_exits_1_naming_it_its_difference_and_the_
     assert (f"likely cause: transformers 5.0.0 here, {provenance['transformers']} in the references; threads 64 here, "
             f"{provenance['torch_threads']} in the references") in differs[0]
     assert lines[-1].startswith(f"{len(doctor.selected(quick=True)) - 2} same, 2 differs")
-    assert lines[-1].endswith(f"`{doctor.WRITE_COMMAND}`")
+    assert lines[-1].endswith(f"`{doctor.WRITE_COMMAND} --quick --references {path}`")
 
 
 def test_the_likely_cause_names_the_cpu_the_bf16_unit_for_bf16_numbers_and_else_the_code():
-    here = {**doctor.environment(), "cpu_capability": "AVX2", "cpu_bf16": None}
-    there = {**doctor.environment(), "cpu_capability": "AVX512", "cpu_bf16": "AVX512-BF16"}
+    here = {**describe(), "cpu_capability": "AVX2", "cpu_bf16": None}
+    there = {**describe(), "cpu_capability": "AVX512", "cpu_bf16": "AVX512-BF16"}
     fp32, bf16 = (c for c in doctor.checks() if c.name.startswith("cpu-profile steps"))
     assert doctor.likely_causes(here, there, fp32) == ["CPU kernels AVX2 here, AVX512 in the references"]
     assert doctor.likely_causes(here, there, bf16)[-1] == "bf16 unit None here, AVX512-BF16 in the references"
-    assert doctor.likely_causes(here, {**here, "number_code": "0"}, fp32) == [
-        "the kit's training and evaluation code changed since the references were written"]
+    assert doctor.code_changes({"code": "1"}, {"code": "1"}) == []
+    assert doctor.code_changes({"code": "1"}, {"code": "0"}) == [
+        "the kit's training and evaluation code changed since the references were checked (code digest 1 here, 0 in "
+        "the references)"]
 
 
-def test_write_references_keeps_what_it_did_not_measure_with_its_own_provenance(monkeypatch, capsys, tmp_path):
+def test_a_code_change_is_a_likely_cause_only_where_the_code_changed(monkeypatch, capsys, tmp_path):
+    """The STS12 that moved names the code only when its digest is not the references'; where nothing moved, the last
+    line says how to record the new digest, with the references file given."""
     references = doctor.read_references()
+    references["values"]["main command: STS12"]["value"] += 0.5
     path = tmp_path / "references.json"
     path.write_text(json.dumps(references))
-    measured = measured_as_references(references, quick=True, cpu_bf16=None, cpu_capability="AVX2")
-    measured["values"] = {k: v for k, v in measured["values"].items() if "bf16" not in k}
+    measured = measured_as_references(references, quick=True)
+    measured["values"]["main command: STS12"] -= 0.5
+    _, lines = doctor_cli(monkeypatch, capsys, measured, "--quick", "--references", str(path))
+    assert "code" not in line_of(lines, "main command: STS12")
+    _, lines = doctor_cli(monkeypatch, capsys, {**measured, "code": "0" * 16}, "--quick", "--references", str(path))
+    assert line_of(lines, "main command: STS12").endswith(
+        f"the kit's training and evaluation code changed since the references were checked (code digest "
+        f"{'0' * 16} here, {references['code']} in the references)")
+    references["values"]["main command: STS12"]["value"] -= 0.5
+    path.write_text(json.dumps(references))
+    code, lines = doctor_cli(monkeypatch, capsys, {**measured, "code": "0" * 16}, "--quick", "--references", str(path))
+    assert code == 0 and lines[-2].endswith("this machine and library stack reproduce the kit's reference numbers")
+    assert lines[-1] == (f"the kit's changed code moved none of these numbers: `{doctor.WRITE_COMMAND} --references "
+                         f"{path}` (every check) records its digest in the references, changing no number")
+
+
+def written_by(monkeypatch, capsys, references: dict, measured: dict, path, *args) -> tuple[dict, str]:
+    """The references file `cse-kit doctor --write-references --references path *args` leaves from `references`, and
+    its last line, where measure() answers `measured`."""
+    path.write_text(json.dumps(references))
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--write-references", "--references", str(path), *args)
+    assert code == 0
+    return doctor.read_references(path), lines[-1]
+
+
+def test_write_references_after_every_check_same_records_the_code_and_changes_no_number(monkeypatch, capsys,
+                                                                                         tmp_path):
+    """Measured by the next code, every number within its tolerance (the last bits of another machine): the file
+    keeps every number and provenance and takes the code's digest."""
+    references = doctor.read_references()
+    measured = {**measured_as_references(references, quick=False, cpu_capability="AVX2"), "code": "0" * 16}
     measured["values"]["main command: STS12"] += 0.001
-    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick", "--write-references", "--references", str(path))
-    assert code == 0 and lines[-1].startswith(f"wrote {len(measured['values'])} reference values to {path}")
-    written = doctor.read_references(path)
+    measured["values"]["cpu-profile steps, bf16: loss"] = references["values"]["cpu-profile steps, bf16: loss"]["value"]
+    written, line = written_by(monkeypatch, capsys, references, measured, tmp_path / "references.json")
+    assert written == {**references, "code": "0" * 16}
+    assert line == (f"wrote 0 reference values to {tmp_path / 'references.json'} (the {len(doctor.checks())} found the "
+                    f"same keep theirs), checked against the code of digest {'0' * 16}; commit it with the change")
+
+
+def test_write_references_replaces_what_moved_and_keeps_what_it_did_not_measure(monkeypatch, capsys, tmp_path):
+    """--quick on a CPU without a bf16 unit: the number that moved is replaced under this environment's provenance;
+    the one found the same, the transfer tasks and the bf16 loss keep theirs, and so does the code digest (those were
+    not checked against this code), said with the command that checks them all."""
+    references = doctor.read_references()
+    path = tmp_path / "references.json"
+    measured = {**measured_as_references(references, quick=True, cpu_bf16=None, cpu_capability="AVX2"),
+                "code": "0" * 16}
+    measured["values"] = {k: v for k, v in measured["values"].items() if "bf16" not in k}
+    measured["values"]["main command: STS12"] += 0.5
+    measured["values"]["main command: STS13"] += 0.001
+    written, line = written_by(monkeypatch, capsys, references, measured, path, "--quick")
     assert written["values"]["main command: STS12"]["value"] == measured["values"]["main command: STS12"]
     new = written["provenances"][written["values"]["main command: STS12"]["provenance"]]
     assert new["cpu_capability"] == "AVX2" and new["command"] == f"{doctor.WRITE_COMMAND} --quick"
-    for kept in ("main command: MR", "cpu-profile steps, bf16: loss"):  # not measured: the old value and provenance
+    for kept in ("main command: STS13", "main command: MR", "cpu-profile steps, bf16: loss"):
         assert written["values"][kept]["value"] == references["values"][kept]["value"]
-        assert written["provenances"][written["values"][kept]["provenance"]]["cpu_bf16"] == \
-            references["provenances"][references["values"][kept]["provenance"]]["cpu_bf16"]
+        assert written["provenances"][written["values"][kept]["provenance"]] == \
+            references["provenances"][references["values"][kept]["provenance"]]
+    assert written["code"] == references["code"]
+    assert line.startswith(f"wrote 1 reference value to {path} (the {len(measured['values']) - 1} found the same keep "
+                           f"theirs), its code digest stays {references['code']}: 8 of its values were not measured "
+                           "here (e.g. main command: MR); ")
+    assert f"`{doctor.WRITE_COMMAND} --references {path}` on a CPU with a bf16 unit checks them all" in line
+
+
+def test_write_references_to_a_new_file_writes_what_it_measured(monkeypatch, capsys, tmp_path):
+    """A lab's own references, written the first time with --quick: every value measured, so the code's digest."""
+    measured = measured_as_references(doctor.read_references(), quick=True)
+    path = tmp_path / "lab.json"
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick", "--write-references", "--references", str(path))
+    written = doctor.read_references(path)
+    assert code == 0 and written["code"] == measured["code"]
+    assert {name: entry["value"] for name, entry in written["values"].items()} == measured["values"]
+
+
+def test_every_hint_carries_the_options_given(monkeypatch, capsys, tmp_path):
+    """Following a hint as printed rewrites the file that was compared, with the same checks, data and cluster."""
+    references = doctor.read_references()
+    measured = measured_as_references(references, quick=True)
+    del references["values"]["main command: STS12"]
+    path = tmp_path / "lab references.json"
+    path.write_text(json.dumps(references))
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick", "--data-dir", "my data", "--references",
+                             str(path))
+    hint = f"`{doctor.WRITE_COMMAND} --quick --data-dir 'my data' --references '{path}'`"
+    assert code == 1 and line_of(lines, "main command: STS12").endswith(hint) and lines[-1].endswith(hint)
+    assert doctor.write_command(cluster="slurm", references_path=doctor.REFERENCES) == \
+        f"{doctor.WRITE_COMMAND} --cluster slurm"
 
 
 def test_a_broken_references_file_is_one_line_naming_the_fix(tmp_path, capsys):
     path = tmp_path / "references.json"
-    path.write_text("{not json")
-    assert cli.main(["doctor", "--references", str(path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and doctor.WRITE_COMMAND in err and "git checkout" in err
+    for broken in ("{not json", json.dumps({"values": {}, "provenances": []})):  # the second: no code digest
+        path.write_text(broken)
+        assert cli.main(["doctor", "--quick", "--references", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "git checkout" in err
+        assert err.endswith(f"write it anew with `{doctor.WRITE_COMMAND} --quick --references {path}`")
 
 
 # ---- the CPU classes, emulated ----
@@ -184,7 +280,8 @@ keys = {{p: store.key(build_config("simcse-bert", "cpu", {{"mixed_precision": p}
 references = doctor.read_references()
 values = {{c.name: references["values"][c.name]["value"] for c in doctor.selected(True) if doctor.runs_here(c)}}
 values["main command: STS12"] += 1.0
-lines = doctor.verdicts({{"environment": doctor.environment(), "values": values}}, references, True)
+measured = {{"environment": describe(), "code": references["code"], "values": values}}
+lines = doctor.verdicts(measured, references, True, doctor.WRITE_COMMAND)
 print(json.dumps({{"auto": resolve_precision("auto", cuda=False), "environment": describe("cpu"), "keys": keys,
                   "lines": lines}}))
 """
@@ -200,7 +297,7 @@ def test_auto_the_keys_and_the_doctor_as_each_cpu_class_sees_them(cpu_class, tmp
     unit = None if cpu_class == "AVX2" else cpu_class
     assert env["cpu_bf16"] == unit and seen["auto"] == ("bf16" if unit else "no")
     assert keys["auto"] == keys["bf16" if unit else "no"] != keys["no" if unit else "bf16"]
-    assert env["cpu_capability"] == ("AVX2" if cpu_class == "AVX2" else doctor.environment()["cpu_capability"])
+    assert env["cpu_capability"] == ("AVX2" if cpu_class == "AVX2" else describe()["cpu_capability"])
     if cpu_class == "AMX-BF16" and "amx_bf16" not in open("/proc/cpuinfo").read():
         assert env["cpu_bf16_detected"] != "AMX-BF16"  # the records say the class is emulated
     lines = [f"{status} {line}" for status, line in seen["lines"]]
