@@ -1,4 +1,5 @@
-"""The `cse-kit` command."""
+"""The `cse-kit` command: one subcommand a task, each one's arguments (`add_<command>`) beside its handler
+(`cmd_<command>`), which asks the layers below; `main` turns an expected failure into one line."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import signal
 import sys
+import textwrap
+import traceback
+from pathlib import Path
+
+PURPOSE = ("Reproduce contrastive sentence-embedding papers (DiffCSE, SCD, ESimCSE, DiffAug; SimCSE the baseline): "
+           "get the data, evaluate and train models, build the report of every paper table.")
+DEBUG_ENV = "CSE_KIT_DEBUG"
 
 
 class Terminated(KeyboardInterrupt):
@@ -17,6 +26,29 @@ class Terminated(KeyboardInterrupt):
 
 def _raise_terminated(signum, frame):
     raise Terminated
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose --help opens with what the command is for (`purpose`, one sentence) above its usage,
+    and which takes --debug wherever it stands (`cse-kit --debug train ...` or `cse-kit train ... --debug`)."""
+
+    def __init__(self, *args, purpose: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.purpose = purpose
+        # SUPPRESS: a subcommand's parser leaves the top parser's --debug as given
+        self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                          help=f"on an error, show its traceback above its one line (= ${DEBUG_ENV}=1)")
+
+    def format_help(self) -> str:
+        width = max(shutil.get_terminal_size().columns - 2, 40)  # argparse's own width
+        return textwrap.fill(self.purpose, width) + "\n\n" + super().format_help()
+
+
+def _command(sub, name: str, purpose: str, handler, **kwargs) -> _Parser:
+    """A subcommand: its --help and the list in `cse-kit --help` say purpose; handler(args) runs it."""
+    p = sub.add_parser(name, help=purpose, purpose=purpose, **kwargs)
+    p.set_defaults(func=handler)
+    return p
 
 
 def _log_with_arg(p: argparse.ArgumentParser) -> None:
@@ -29,6 +61,40 @@ def _log_with_arg(p: argparse.ArgumentParser) -> None:
 def _data_dir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default=None,
                    help="data directory (default: $CSE_KIT_DATA, else data/ in the repository)")
+
+
+def _results_dir_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
+
+
+def _check_results_dir(results_dir) -> None:
+    """Refuse a --results-dir that is not a folder before reading it: a misspelt path would read as a store with
+    nothing in it (no saved table, no stale record)."""
+    if results_dir and not Path(results_dir).is_dir():
+        what = "is a file" if Path(results_dir).exists() else "does not exist"
+        raise ValueError(f"--results-dir {results_dir} is not a results store: it {what}. Check the path (a store is "
+                         "the folder `cse-kit report` and the notebooks write into, by default reports/results)")
+
+
+def add_data(sub) -> None:
+    from .train.presets import PROFILES
+
+    p_data = _command(sub, "data", "Download, import and check the datasets the kit evaluates and trains on.", cmd_data)
+    data_sub = p_data.add_subparsers(dest="action", required=True)
+    p = _command(data_sub, "download", "Download, verify and lay out datasets in the data directory (all when none is "
+                                       "named).", cmd_data)
+    p.add_argument("names", nargs="*")
+    _data_dir_arg(p)
+    p = _command(data_sub, "import", "Lay out datasets from local archives or folders in the data directory.", cmd_data)
+    p.add_argument("paths", nargs="+")
+    _data_dir_arg(p)
+    p = _command(data_sub, "status", "Say which datasets are present and verified: one row per dataset, with the "
+                                     "profiles that need it and its counts.", cmd_data)
+    p.add_argument("names", nargs="*")
+    p.add_argument("--profile", choices=list(PROFILES),
+                   help="exit 1 unless every dataset this profile needs is present and verified")
+    p.add_argument("--json", action="store_true")
+    _data_dir_arg(p)
 
 
 def _print_status(report: dict) -> None:
@@ -84,10 +150,51 @@ def cmd_data(args) -> int:
     bad = [n for n, r in report["datasets"].items() if not r["verified"] and (n in needed or r["present"])]
     if bad:
         why = f" (needed by the {args.profile} profile)" if getattr(args, "profile", None) else ""
-        print(f"cse-kit: missing or not verified{why}: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an intact copy, "
-              f"or `cse-kit data download {' '.join(bad)}`", file=sys.stderr)
+        print(f"cse-kit: missing or not verified{why}: {', '.join(bad)}. Fix: `cse-kit data import PATH` with an "
+              f"intact copy, or `cse-kit data download {' '.join(bad)}`", file=sys.stderr)
         return 1
     return 0
+
+
+def add_eval(sub) -> None:
+    from .eval.encode import POOLERS
+
+    p = _command(sub, "eval", "Evaluate a model with the papers' SentEval protocol (STS and transfer tasks), or with "
+                              "MTEB (--benchmark mteb).", cmd_eval,
+                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                 epilog="poolers:\n" + "\n".join(f"  {k}: {v}" for k, v in POOLERS.items()))
+    p.add_argument("--model", required=True, help="short name, Hub id or local directory")
+    p.add_argument("--pooler", choices=list(POOLERS),
+                   help="how a sentence vector is read off the model (recorded with every result); default: the "
+                        "pooler in a kit-trained model's cse_kit.json")
+    p.add_argument("--template", help="the prompt poolers' template, *sent0* for the sentence and *mask* for the mask "
+                                      "token; default: the model's cse_kit.json, else PromptBERT's "
+                                      "'This sentence of \"*sent0*\" means*mask*.'")
+    p.add_argument("--benchmark", default="senteval", choices=["senteval", "mteb"],
+                   help="senteval (default): the papers' protocol, the kit's own implementation; mteb: MTEB tasks "
+                        "through the mteb package (pip install -e '.[mteb]'), results into the results store")
+    p.add_argument("--tasks", help="SentEval: sts, transfer, all, or comma-separated names (default sts). MTEB: "
+                                   "comma-separated task or benchmark names; default: a CPU selection of 12 English "
+                                   "tasks (cse_kit.eval.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English "
+                                   "benchmark")
+    p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
+                   help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
+                        "transfer config (kfold 5, rmsprop); dev: dev numbers, fast config")
+    p.add_argument("--output", help="write the result JSON here (MTEB: mteb's full result of every task)")
+    p.add_argument("--results-dir", help="MTEB: the results store (default: $CSE_KIT_RESULTS or reports/results)")
+    p.add_argument("--force", action="store_true", help="MTEB: evaluate again the tasks the results store has")
+    p.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's default 1111)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="batches of this many (padded) tokens instead of --batch-size sentences (default: 16384 on "
+                        "CUDA, none on CPU)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="truncate to this many tokens (default: the model's cse_kit.json, else none)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on a GPU, or bf16 on a CPU "
+                   "with a bf16 unit (AMX, AVX512-BF16; elsewhere fp32): faster, not the papers' fp32 protocol; "
+                   "recorded in the result")
+    _data_dir_arg(p)
 
 
 def cmd_eval(args) -> int:
@@ -125,7 +232,8 @@ def cmd_eval(args) -> int:
         from .data import unverified_reads
 
         unverified = unverified_reads()  # read under CSE_KIT_ALLOW_UNVERIFIED_DATA: said with the result
-        print(f"wrote {write_json_atomic(args.output, {**result, **({'unverified_data': unverified} if unverified else {})})}")
+        said = {**result, **({"unverified_data": unverified} if unverified else {})}
+        print(f"wrote {write_json_atomic(args.output, said)}")
     return 0
 
 
@@ -170,6 +278,33 @@ def _pooler_of(model: str, stated=None) -> str:
                      "a released checkpoint of the papers)")
 
 
+def add_train(sub) -> None:
+    from .train import PRESETS
+    from .train.presets import PROFILES
+
+    p = _command(sub, "train", "Train a preset (SimCSE, DiffCSE, SCD, ESimCSE, DiffAug, ...) on a profile; an "
+                               "interrupted run resumes.", cmd_train,
+                 epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
+                        "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
+    p.add_argument("--preset", required=True, choices=list(PRESETS))
+    p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
+                   help="paper: the papers' models and Wiki1M (GPU, Hub); mini: Google's masked-LM BERT miniatures "
+                        "with the papers' recipes (Hub once); cpu: all-MiniLM-L6-v2 on the local Wiki1M sample; "
+                        "smoke: tiny random models, seconds; mini-rehearsal: mini's models at smoke's sizes; auto "
+                        "(default, as the notebooks): paper with a CUDA GPU, else mini where its models are cached or "
+                        "the Hub answers, else cpu")
+    p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
+    _log_with_arg(p)
+    p.add_argument("--resume-with-changes", action="store_true",
+                   help="resume a checkpoint although settings that change training differ (lr, schedule length, ...): "
+                        "they apply from the checkpoint's step on, and are recorded in summary.json")
+    _data_dir_arg(p)
+
+
 def cmd_train(args) -> int:
     from .experiments import chosen_profile
     from .train import build_config, train
@@ -196,8 +331,6 @@ def cmd_train(args) -> int:
     print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
-    from pathlib import Path
-
     from .train.tracking import watch_commands
 
     for command in watch_commands(Path(cfg.output_dir)):
@@ -211,6 +344,17 @@ def _train_overrides(args) -> list[str]:
         if getattr(args, name) is not None:
             out.append(f"{name}={getattr(args, name)}")
     return out
+
+
+def add_fit_mlm_head(sub) -> None:
+    p = _command(sub, "fit-mlm-head", "Fit the masked-LM head of an encoder-only checkpoint: a DiffCSE generator where "
+                                      "no masked-LM checkpoint is available.", cmd_fit_mlm_head)
+    p.add_argument("--model", default="all-MiniLM-L6-v2")
+    p.add_argument("--output", help="where to save it (default for all-MiniLM-L6-v2: <data dir>/models/"
+                                    "all-MiniLM-L6-v2-mlm, found by that name)")
+    p.add_argument("--corpus", default="Wiki1M-sample")
+    p.add_argument("--steps", type=int, default=300)
+    _data_dir_arg(p)
 
 
 def cmd_fit_mlm_head(args) -> int:
@@ -228,6 +372,13 @@ def cmd_fit_mlm_head(args) -> int:
     return 0
 
 
+def add_export_st(sub) -> None:
+    p = _command(sub, "export-st", "Save a kit-trained model as a sentence-transformers model.", cmd_export_st)
+    p.add_argument("model_dir")
+    p.add_argument("output")
+    p.add_argument("--pooler", help="default: from the model's cse_kit.json")
+
+
 def cmd_export_st(args) -> int:
     from .train import export_sentence_transformers
 
@@ -235,10 +386,30 @@ def cmd_export_st(args) -> int:
     return 0
 
 
+def add_publish(sub) -> None:
+    p = _command(sub, "publish", "Make a trained run a folder to share: the model (sentence-transformers where it can "
+                                 "be), its model card from the run's record, MTEB's results layout; --push uploads it "
+                                 "to the Hugging Face Hub.", cmd_publish)
+    p.add_argument("run", metavar="MODEL_OR_RUN",
+                   help="a results store's record key (a notebook's table has one per run), its runs/<key> folder or "
+                        "model, or a `cse-kit train` run folder")
+    p.add_argument("--out", required=True, help="the folder to write (replaced whole)")
+    _results_dir_arg(p)
+    p.add_argument("--repo-id", metavar="ORG/NAME", help="the Hub repository it goes to (named in the card)")
+    p.add_argument("--push", action="store_true", help="upload the folder to --repo-id (created if missing) in one "
+                                                       "commit; needs a token (`hf auth login` or HF_TOKEN)")
+    p.add_argument("--private", action="store_true", help="create the repository private")
+    p.add_argument("--license", help="the model's licence (a Hub licence id); default: the base model's")
+    p.add_argument("--no-st", action="store_true",
+                   help="keep the kit's export (loaded with cse-kit) even where a sentence-transformers model is "
+                        "possible")
+
+
 def cmd_publish(args) -> int:
     """The published folder of a run (cse_kit.papers.publish), and with --push its upload to the Hub."""
     from .papers.publish import PublishError, publish, push
 
+    _check_results_dir(args.results_dir)
     if args.push and not args.repo_id:
         raise PublishError("--push needs --repo-id ORG/NAME, the Hub repository to upload to")
     done = publish(args.run, args.out, results_dir=args.results_dir, repo_id=args.repo_id, license=args.license,
@@ -255,6 +426,41 @@ def cmd_publish(args) -> int:
     elif args.repo_id:
         print(f"push it: cse-kit publish {args.run} --out {args.out} --repo-id {args.repo_id} --push")
     return 0
+
+
+def add_report(sub) -> None:
+    from .papers import PAPERS
+
+    p = _command(sub, "report", "Execute (or reuse) every paper table's notebook and build the HTML report, "
+                                "reports/index.html.", cmd_report)
+    p.add_argument("--profile", default="auto", help="paper, mini, cpu, smoke or mini-rehearsal; auto: paper with a "
+                   "CUDA GPU, else mini where its models are cached or the Hub answers, else cpu")
+    _results_dir_arg(p)
+    p.add_argument("--data-dir", help="data directory (default: $CSE_KIT_DATA or data/)")
+    p.add_argument("--out", help="report folder (default: reports/)")
+    p.add_argument("--force", action="store_true", help="re-execute every notebook (finished runs are still reused)")
+    p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
+    p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
+    p.add_argument("--list", action="store_true",
+                   help="print the coverage matrix and execute nothing (= cse-kit status)")
+    p.add_argument("--recompute-stale", action="store_true",
+                   help="recompute the records computed with other library versions (cse-kit status --stale), "
+                        "re-executing the notebooks; every other record is reused")
+    p.add_argument("--jobs", type=int,
+                   help="notebooks executed at once, each in its own kernel (default: smoke, one per CPU core up to "
+                        "4, as its tiny runs keep one core busy at most; cpu and paper, 1: their training uses every "
+                        "core or the GPU)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
+                        "jobs with --cluster slurm (default 1: there every run is a job's); the results store's locks "
+                        "keep any run from being trained twice")
+    _log_with_arg(p)
+    p.add_argument("--amp", action="store_true",
+                   help="evaluate under AMP (bf16 on a CPU with AMX or AVX512-BF16, as `eval --amp`) into records of "
+                        "their own: faster, not the papers' fp32 protocol; the tables say so (= $CSE_KIT_EVAL_AMP=1)")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
+                   help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
+                        "e.g. '{\"slurm_partition\": \"gpu\"}'")
 
 
 def cmd_report(args) -> int:
@@ -310,6 +516,19 @@ def cmd_report(args) -> int:
     return 0
 
 
+def add_status(sub) -> None:
+    from .papers import PAPERS
+
+    p = _command(sub, "status", "Show which of the four papers' tables and figures the results store holds (the "
+                                "coverage matrix); executes nothing.", cmd_status)
+    p.add_argument("--profile", help="whose results to show (paper, mini, cpu, smoke, mini-rehearsal or auto); "
+                                     "default: every profile with saved tables")
+    _results_dir_arg(p)
+    p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
+    p.add_argument("--stale", action="store_true", help="list the records computed with other major.minor versions "
+                                                        "of torch, transformers, ... than this environment's")
+
+
 def cmd_status(args) -> int:
     """The coverage matrix from what the notebooks last saved in the results store; executes nothing. Without
     --profile, one matrix per profile that has saved tables (none: says so)."""
@@ -317,6 +536,7 @@ def cmd_status(args) -> int:
     from .report import coverage, coverage_text, saved_profiles, saved_tables, select
     from .results import default_results_dir
 
+    _check_results_dir(args.results_dir)
     names = select(args.paper, getattr(args, "only", None))
     where = args.results_dir or default_results_dir()
     if getattr(args, "stale", False):
@@ -354,6 +574,26 @@ def _stale_status(results_dir) -> int:
     return 0
 
 
+def add_doctor(sub) -> None:
+    from .doctor import QUICK_TRANSFER, REFERENCES, WRITE_COMMAND
+
+    p = _command(sub, "doctor", "Check, before spending GPU-hours, that this machine and its library stack reproduce "
+                                "the kit's reference numbers: one line per check; exit 1 when one differs beyond its "
+                                "tolerance.", cmd_doctor)
+    p.add_argument("--quick", action="store_true",
+                   help="check the README's main command on its STS tasks and one transfer task, "
+                        f"{QUICK_TRANSFER}, instead of all seven (the other six encode 100k sentences): under 3 "
+                        "minutes on 2 cores")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
+                   help="slurm: measure in a SLURM job, on the nodes that will train ($CSE_KIT_EXECUTOR_PARAMS, "
+                        "e.g. '{\"slurm_partition\": \"gpu\"}')")
+    p.add_argument("--write-references", action="store_true",
+                   help=f"after an intended change, write what is measured as the references ({WRITE_COMMAND})")
+    p.add_argument("--references", default=REFERENCES, metavar="FILE",
+                   help="compare with (or write) this file instead of the kit's (a lab's own references)")
+    _data_dir_arg(p)
+
+
 def cmd_doctor(args) -> int:
     from . import doctor
 
@@ -364,214 +604,71 @@ def cmd_doctor(args) -> int:
         return 2
 
 
+COMMANDS = (add_data, add_eval, add_train, add_fit_mlm_head, add_export_st, add_publish, add_report, add_status,
+            add_doctor)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from .train.presets import PROFILES
-
-    parser = argparse.ArgumentParser(prog="cse-kit", description=__doc__)
+    parser = _Parser(prog="cse-kit", purpose=PURPOSE)
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p_data = sub.add_parser("data", help="download, import and check datasets")
-    data_sub = p_data.add_subparsers(dest="action", required=True)
-    p = data_sub.add_parser("download", help="download, verify and lay out datasets (all when none named)")
-    p.add_argument("names", nargs="*")
-    _data_dir_arg(p)
-    p = data_sub.add_parser("import", help="lay out datasets from local archives or folders")
-    p.add_argument("paths", nargs="+")
-    _data_dir_arg(p)
-    p = data_sub.add_parser("status", help="one row per dataset: present, verified, the profiles that need it, "
-                                           "counts")
-    p.add_argument("names", nargs="*")
-    p.add_argument("--profile", choices=list(PROFILES),
-                   help="exit 1 unless every dataset this profile needs is present and verified")
-    p.add_argument("--json", action="store_true")
-    _data_dir_arg(p)
-    p_data.set_defaults(func=cmd_data)
-
-    from .eval.encode import POOLERS
-
-    p = sub.add_parser("eval", help="the papers' SentEval protocol (STS and transfer tasks), or MTEB (--benchmark mteb)",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="poolers:\n" + "\n".join(f"  {k}: {v}" for k, v in POOLERS.items()))
-    p.add_argument("--model", required=True, help="short name, Hub id or local directory")
-    p.add_argument("--pooler", choices=list(POOLERS),
-                   help="how a sentence vector is read off the model (recorded with every result); default: the "
-                        "pooler in a kit-trained model's cse_kit.json")
-    p.add_argument("--template", help="the prompt poolers' template, *sent0* for the sentence and *mask* for the mask "
-                                      "token; default: the model's cse_kit.json, else PromptBERT's "
-                                      "'This sentence of \"*sent0*\" means*mask*.'")
-    p.add_argument("--benchmark", default="senteval", choices=["senteval", "mteb"],
-                   help="senteval (default): the papers' protocol, the kit's own implementation; mteb: MTEB tasks "
-                        "through the mteb package (pip install -e '.[mteb]'), results into the results store")
-    p.add_argument("--tasks", help="SentEval: sts, transfer, all, or comma-separated names (default sts). MTEB: "
-                                   "comma-separated task or benchmark names; default: a CPU selection of 12 English "
-                                   "tasks (cse_kit.eval.mteb_eval.CPU_TASKS); 'MTEB(eng, v2)': the full English benchmark")
-    p.add_argument("--mode", default="test", choices=["dev", "test", "fasttest"],
-                   help="test: paper numbers (transfer kfold 10, adam); fasttest: test numbers with the fast "
-                        "transfer config (kfold 5, rmsprop); dev: dev numbers, fast config")
-    p.add_argument("--output", help="write the result JSON here (MTEB: mteb's full result of every task)")
-    p.add_argument("--results-dir", help="MTEB: the results store (default: $CSE_KIT_RESULTS or reports/results)")
-    p.add_argument("--force", action="store_true", help="MTEB: evaluate again the tasks the results store has")
-    p.add_argument("--seed", type=int, default=1111, help="transfer classifier seed (SentEval's default 1111)")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="batches of this many (padded) tokens instead of --batch-size sentences (default: 16384 on "
-                        "CUDA, none on CPU)")
-    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens (default: the model's cse_kit.json, else none)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--amp", action="store_true", help="encode under bf16/fp16 autocast on a GPU, or bf16 on a CPU "
-                   "with a bf16 unit (AMX, AVX512-BF16; elsewhere fp32): faster, not the papers' fp32 protocol; "
-                   "recorded in the result")
-    _data_dir_arg(p)
-    p.set_defaults(func=cmd_eval)
-
-    from .papers import PAPERS
-    from .train import PRESETS
-
-    p = sub.add_parser("train", help="train a preset (SimCSE, DiffCSE, SCD, ESimCSE, DiffAug) on a profile; resumes an interrupted run",
-                       epilog="settings for --set: the fields of cse_kit.train.TrainConfig, e.g. --set lam=0.01 "
-                              "--set mask_ratio=0.15 --set generator_output=sample --set batch_size=128")
-    p.add_argument("--preset", required=True, choices=list(PRESETS))
-    p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
-                   help="paper: the papers' models and Wiki1M (GPU, Hub); mini: Google's masked-LM BERT miniatures "
-                        "with the papers' recipes (Hub once); cpu: all-MiniLM-L6-v2 on the local Wiki1M sample; "
-                        "smoke: tiny random models, seconds; mini-rehearsal: mini's models at smoke's sizes; auto "
-                        "(default, as the notebooks): paper with a CUDA GPU, else mini where its models are cached or "
-                        "the Hub answers, else cpu")
-    p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
-    p.add_argument("--no-progress", action="store_true")
-    _log_with_arg(p)
-    p.add_argument("--resume-with-changes", action="store_true",
-                   help="resume a checkpoint although settings that change training differ (lr, schedule length, ...): "
-                        "they apply from the checkpoint's step on, and are recorded in summary.json")
-    _data_dir_arg(p)
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("fit-mlm-head", help="fit the MLM head of an encoder-only checkpoint (a DiffCSE generator "
-                                            "where no masked-LM checkpoint is available)")
-    p.add_argument("--model", default="all-MiniLM-L6-v2")
-    p.add_argument("--output", help="where to save it (default for all-MiniLM-L6-v2: <data dir>/models/"
-                                    "all-MiniLM-L6-v2-mlm, found by that name)")
-    p.add_argument("--corpus", default="Wiki1M-sample")
-    p.add_argument("--steps", type=int, default=300)
-    _data_dir_arg(p)
-    p.set_defaults(func=cmd_fit_mlm_head)
-
-    p = sub.add_parser("export-st", help="save a kit-trained model as a sentence-transformers model")
-    p.add_argument("model_dir")
-    p.add_argument("output")
-    p.add_argument("--pooler", help="default: from the model's cse_kit.json")
-    p.set_defaults(func=cmd_export_st)
-
-    p = sub.add_parser("publish", help="a trained run as a folder to share: the model (sentence-transformers where it "
-                                       "can be), its model card from the run's record, MTEB's results layout; "
-                                       "--push uploads it to the Hugging Face Hub")
-    p.add_argument("run", metavar="MODEL_OR_RUN",
-                   help="a results store's record key (a notebook's table has one per run), its runs/<key> folder or "
-                        "model, or a `cse-kit train` run folder")
-    p.add_argument("--out", required=True, help="the folder to write (replaced whole)")
-    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
-    p.add_argument("--repo-id", metavar="ORG/NAME", help="the Hub repository it goes to (named in the card)")
-    p.add_argument("--push", action="store_true", help="upload the folder to --repo-id (created if missing) in one "
-                                                       "commit; needs a token (`hf auth login` or HF_TOKEN)")
-    p.add_argument("--private", action="store_true", help="create the repository private")
-    p.add_argument("--license", help="the model's licence (a Hub licence id); default: the base model's")
-    p.add_argument("--no-st", action="store_true",
-                   help="keep the kit's export (loaded with cse-kit) even where a sentence-transformers model is "
-                        "possible")
-    p.set_defaults(func=cmd_publish)
-
-    p = sub.add_parser("report", help="execute (or reuse) every table notebook and build reports/index.html")
-    p.add_argument("--profile", default="auto", help="paper, mini, cpu, smoke or mini-rehearsal; auto: paper with a CUDA GPU, else mini where "
-                   "its models are cached or the Hub answers, else cpu")
-    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
-    p.add_argument("--data-dir", help="data directory (default: $CSE_KIT_DATA or data/)")
-    p.add_argument("--out", help="report folder (default: reports/)")
-    p.add_argument("--force", action="store_true", help="re-execute every notebook (finished runs are still reused)")
-    p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="these notebooks only, e.g. table8_lambda")
-    p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
-    p.add_argument("--list", action="store_true", help="print the coverage matrix and execute nothing (= cse-kit status)")
-    p.add_argument("--recompute-stale", action="store_true",
-                   help="recompute the records computed with other library versions (cse-kit status --stale), "
-                        "re-executing the notebooks; every other record is reused")
-    p.add_argument("--jobs", type=int,
-                   help="notebooks executed at once, each in its own kernel (default: smoke, one per CPU core up to "
-                        "4, as its tiny runs keep one core busy at most; cpu and paper, 1: their training uses every "
-                        "core or the GPU)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="train a table's pending runs in this many worker processes (one per GPU, round robin), or "
-                        "jobs with --cluster slurm (default 1: there every run is a job's); the results store's locks "
-                        "keep any run from being trained twice")
-    _log_with_arg(p)
-    p.add_argument("--amp", action="store_true",
-                   help="evaluate under AMP (bf16 on a CPU with AMX or AVX512-BF16, as `eval --amp`) into records of "
-                        "their own: faster, not the papers' fp32 protocol; the tables say so (= $CSE_KIT_EVAL_AMP=1)")
-    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
-                   help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
-                        "e.g. '{\"slurm_partition\": \"gpu\"}'")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("status", help="the coverage matrix of the four papers' tables and figures (executes nothing)")
-    p.add_argument("--profile", help="whose results to show (paper, mini, cpu, smoke, mini-rehearsal or auto); default: every profile with "
-                                     "saved tables")
-    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
-    p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
-    p.add_argument("--stale", action="store_true", help="list the records computed with other major.minor versions "
-                                                        "of torch, transformers, ... than this environment's")
-    p.set_defaults(func=cmd_status)
-
-    from .doctor import QUICK_TRANSFER, REFERENCES, WRITE_COMMAND
-
-    p = sub.add_parser("doctor", help="does this machine and library stack reproduce the kit's reference numbers? "
-                                      "One line per check; exit 1 when one differs beyond its tolerance")
-    p.add_argument("--quick", action="store_true",
-                   help=f"leave out the main command's transfer tasks but {QUICK_TRANSFER} (their 100k sentences): "
-                        "under 3 minutes on 2 cores")
-    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
-                   help="slurm: measure in a SLURM job, on the nodes that will train ($CSE_KIT_EXECUTOR_PARAMS, "
-                        "e.g. '{\"slurm_partition\": \"gpu\"}')")
-    p.add_argument("--write-references", action="store_true",
-                   help=f"after an intended change, write what is measured as the references ({WRITE_COMMAND})")
-    p.add_argument("--references", default=REFERENCES, metavar="FILE",
-                   help="compare with (or write) this file instead of the kit's (a lab's own references)")
-    _data_dir_arg(p)
-    p.set_defaults(func=cmd_doctor)
+    for add in COMMANDS:
+        add(sub)
     return parser
 
 
 def main(argv=None) -> int:
-    from .data import DataError
-    from .io import WriteFailed
-    from .models import ModelNotFoundError
-    from .train.loop import NonFiniteLoss
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except WriteFailed as e:
-        resumes = ": it resumes where it stopped" if args.command in ("train", "report") else ""
-        print(f"cse-kit: error: {e}. Free space there (or raise the file size limit, `ulimit -f`) and run the same "
-              f"command again{resumes}", file=sys.stderr)
-        return 2
-    except (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError, ImportError) as e:
-        print(f"cse-kit: error: {e}", file=sys.stderr)
-        return 2
-    except (PermissionError, OSError) as e:
-        if not isinstance(e, PermissionError) and e.errno != errno.EROFS:
-            raise
-        print(f"cse-kit: error: cannot write {e.filename or 'a file'} ({e.strerror}): choose a folder you can write "
-              "(--output-dir, --results-dir, --out, --data-dir) or change its permissions", file=sys.stderr)
-        return 2
     except KeyboardInterrupt as stop:  # every write is atomic and runs resume from their last checkpoint
-        if isinstance(stop, Terminated):
-            print(f"cse-kit: stopped by SIGTERM; nothing half-written is kept. Rerun the same command to "
-                  f"{_resumes(args)}.", file=sys.stderr)
-            return 128 + signal.SIGTERM
-        print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to {_resumes(args)}.",
-              file=sys.stderr)
-        return 130
+        return _stopped(args, stop)
+    except Exception as error:
+        line = _error_line(args, error)
+        if line is None:  # not a failure the kit expects: its traceback
+            raise
+        if _debugging(args):
+            traceback.print_exception(error)
+        print(f"cse-kit: error: {line}", file=sys.stderr)
+        return 2
+
+
+def _debugging(args) -> bool:
+    """--debug given, or $CSE_KIT_DEBUG set to anything but empty or 0."""
+    return getattr(args, "debug", False) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _error_line(args, error: Exception) -> str | None:
+    """The one line an expected failure is said in; None for any other exception."""
+    from .data import DataError
+    from .io import WriteFailed
+    from .methods.registry import PluginError
+    from .models import ModelNotFoundError
+    from .train.loop import NonFiniteLoss
+
+    if isinstance(error, WriteFailed):
+        resumes = ": it resumes where it stopped" if args.command in ("train", "report") else ""
+        return (f"{error}. Free space there (or raise the file size limit, `ulimit -f`) and run the same command "
+                f"again{resumes}")
+    if isinstance(error, PluginError):  # the researcher's own code failed: where to read its traceback
+        return f"{error}" + ("" if _debugging(args) else f" (rerun with --debug or {DEBUG_ENV}=1 for its traceback)")
+    if isinstance(error, (DataError, ModelNotFoundError, NonFiniteLoss, KeyError, ValueError, FileNotFoundError,
+                          ImportError)):
+        return f"{error}"
+    if isinstance(error, PermissionError) or (isinstance(error, OSError) and error.errno == errno.EROFS):
+        return (f"cannot write {error.filename or 'a file'} ({error.strerror}): choose a folder you can write "
+                "(--output-dir, --results-dir, --out, --data-dir) or change its permissions")
+    return None
+
+
+def _stopped(args, stop: KeyboardInterrupt) -> int:
+    """Ctrl-C or SIGTERM: said in one line, with what rerunning the command does."""
+    if isinstance(stop, Terminated):
+        print(f"cse-kit: stopped by SIGTERM; nothing half-written is kept. Rerun the same command to "
+              f"{_resumes(args)}.", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    print(f"\ncse-kit: interrupted; nothing half-written is kept. Rerun the same command to {_resumes(args)}.",
+          file=sys.stderr)
+    return 130
 
 
 def _resumes(args) -> str:
@@ -580,8 +677,6 @@ def _resumes(args) -> str:
         return "start again"
     if not getattr(args, "run_dir", None):
         return "resume"
-    from pathlib import Path
-
     from .io import recover_dir
     from .train.loop import checkpoint_step
 

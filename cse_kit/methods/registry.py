@@ -26,6 +26,15 @@ class MethodError(ValueError):
     pass
 
 
+class PluginError(MethodError):
+    """A plugin that raised while it was imported, named (`plugin`: its file, module or entry point); what it raised
+    is the __cause__, whose traceback `cse-kit --debug` shows."""
+
+    def __init__(self, plugin: str, error: Exception):
+        self.plugin = plugin
+        super().__init__(f"{plugin} failed to import: {type(error).__name__}: {error}")
+
+
 def register(name: str):
     """Class decorator: train `cls` as `--set method=name`. Registering a name again from the same place (a notebook
     cell run twice, a module reloaded) replaces it; from another place is refused."""
@@ -57,26 +66,38 @@ def import_plugin(name: str) -> None:
     if name in _loaded:
         return
     if name.endswith(".py"):
-        path = Path(name).expanduser().resolve()
-        if not path.is_file():
-            raise MethodError(f"{PLUGINS_ENV} names {name}, which is not a file: give the path of the module that "
-                              "registers your method, or its import path")
-        module_name = path.stem
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        _import_file(name)
     else:
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name != name.split(".")[0] and error.name != name:
-                raise
-            raise MethodError(f"{PLUGINS_ENV} names module {name!r}, which is not importable from here: install it, "
-                              "add its folder to PYTHONPATH, or give its .py file's path") from None
+        _import_module(name)
     _loaded.add(name)
+
+
+def _import_file(name: str) -> None:
+    path = Path(name).expanduser().resolve()
+    if not path.is_file():
+        raise MethodError(f"{PLUGINS_ENV} names {name}, which is not a file: give the path of the module that "
+                          "registers your method, or its import path")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        raise PluginError(f"plugin {path}", error) from error
+
+
+def _import_module(name: str) -> None:
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name not in (name, name.split(".")[0]):  # a package the plugin imports is missing
+            raise PluginError(f"plugin module {name!r}", error) from error
+        raise MethodError(f"{PLUGINS_ENV} names module {name!r}, which is not importable from here: install it, "
+                          "add its folder to PYTHONPATH, or give its .py file's path") from None
+    except Exception as error:
+        raise PluginError(f"plugin module {name!r}", error) from error
 
 
 def load_plugins() -> None:
@@ -85,8 +106,18 @@ def load_plugins() -> None:
         import_plugin(name)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.value not in _loaded:
-            point.load()
+            try:
+                point.load()
+            except Exception as error:
+                raise PluginError(_entry_point_name(point), error) from error
             _loaded.add(point.value)
+
+
+def _entry_point_name(point) -> str:
+    """An entry point as its distribution declares it, e.g. `plugin mine = mypkg.loss (entry point of mypkg 1.0,
+    group cse_kit.methods)`."""
+    dist = f"{point.dist.name} {point.dist.version}" if point.dist else "an unnamed distribution"
+    return f"plugin {point.name} = {point.value} (entry point of {dist}, group {ENTRY_POINT_GROUP})"
 
 
 def use_plugins(*names: str) -> None:
