@@ -81,9 +81,31 @@ def numbers(text: str) -> list[list[float]]:
     return [[float(cell) for cell in row] for row in rows if all(re.fullmatch(r"\d+\.\d\d", cell) for cell in row)]
 
 
+def column_names(text: str) -> list[list[str]]:
+    """The header rows of the tables in text (markdown or `cse-kit eval`'s): rows of names, no number, no prose."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines() if "|" in line]
+    return [row for row in rows if all(re.fullmatch(r"[A-Za-z][\w.-]*", cell) for cell in row)]
+
+
+def test_the_readme_quotes_the_main_commands_column_names_as_printed():
+    """`cse-kit eval` prints STSBenchmark and SICKRelatedness, which the README's table once called STS-B and SICK-R."""
+    from cse_kit.eval import format_tables
+    from cse_kit.eval.runner import STS_TASKS, TRANSFER_TASKS
+
+    score = {"all": {"spearman": 80.0}, "test": {"spearman": 80.0}}
+    result = {"model": "all-MiniLM-L6-v2", "pooler": "avg", "mode": "fasttest",
+              "sts": {**{task: score for task in STS_TASKS}, "avg": 80.0},
+              "transfer": {**{task: {"acc": 80.0} for task in TRANSFER_TASKS}, "avg": 80.0},
+              "timings": {"distinct_sentences": 1, "encode_s": 1.0, "transfer_classifier_s": 1.0, "total_s": 2.0}}
+    printed = column_names(format_tables(result))
+    assert printed[0][5:7] == ["STSBenchmark", "SICKRelatedness"]
+    assert column_names(quick_start()) == printed
+
+
 @pytest.mark.slow  # about 6 minutes: every STS and transfer set encoded with all-MiniLM-L6-v2
 def test_the_readme_main_command_prints_its_table(data_dir):
     command = block_with("cse-kit eval").strip()
     printed = subprocess.run(command, shell=True, cwd=REPO, env={**os.environ, "CSE_KIT_DATA": str(data_dir)},
                              capture_output=True, text=True, check=True).stdout
     assert numbers(printed) == numbers(quick_start()), printed
+    assert column_names(printed) == column_names(quick_start()), printed
