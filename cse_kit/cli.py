@@ -443,9 +443,11 @@ def add_report(sub) -> None:
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--list", action="store_true",
                    help="print the coverage matrix and execute nothing (= cse-kit status)")
-    p.add_argument("--recompute-stale", action="store_true",
+    p.add_argument("--recompute-stale", nargs="?", const="all", choices=["all", "evaluations"],
                    help="recompute the records computed with other library versions (cse-kit status --stale), "
-                        "re-executing the notebooks; every other record is reused")
+                        "re-executing the notebooks; every other record is reused. Each is set aside with its model "
+                        "until its replacement holds numbers (cse-kit status --restore puts it back). `evaluations`: "
+                        "keep each stale run's model and evaluate it again, without training")
     p.add_argument("--jobs", type=int,
                    help="notebooks executed at once, each in its own kernel (default: smoke, one per CPU core up to "
                         "4, as its tiny runs keep one core busy at most; cpu and paper, 1: their training uses every "
@@ -494,9 +496,11 @@ def cmd_report(args) -> int:
     store.check_readable()  # a record replaced by something else stops the report here, not in a notebook
     force = args.force
     if args.recompute_stale:
-        stale = store.discard_stale()
+        stale = store.set_aside_stale(reevaluate_only=args.recompute_stale == "evaluations")
         print(f"recomputing {len(stale)} stale record(s) (other library versions): "
-              f"{', '.join(stale) if stale else 'none'}; every other record is reused")
+              f"{', '.join(stale) if stale else 'none'}; every other record is reused"
+              + (f"; until each has its new numbers, the old one is kept in {store.root / 'set-aside'}" if stale
+                 else ""))
         force = force or bool(stale)  # their notebooks execute again, finished runs reused
     if uses_workers(args.workers, args.cluster):  # the notebooks' kernels inherit these (cse_kit.results.parallel)
         executor_params()  # a malformed $CSE_KIT_EXECUTOR_PARAMS is said here, not in every notebook
@@ -526,7 +530,10 @@ def add_status(sub) -> None:
     _results_dir_arg(p)
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--stale", action="store_true", help="list the records computed with other major.minor versions "
-                                                        "of torch, transformers, ... than this environment's")
+                                                        "of torch, transformers, ... than this environment's, and "
+                                                        "those set aside while they are recomputed")
+    p.add_argument("--restore", nargs="+", metavar="KEY",
+                   help="put these set-aside records (or `all`) back in place of their unfinished replacements")
 
 
 def cmd_status(args) -> int:
@@ -539,6 +546,8 @@ def cmd_status(args) -> int:
     _check_results_dir(args.results_dir)
     names = select(args.paper, getattr(args, "only", None))
     where = args.results_dir or default_results_dir()
+    if getattr(args, "restore", None):
+        return _restore(args.results_dir, args.restore)
     if getattr(args, "stale", False):
         return _stale_status(args.results_dir)
     profiles = [resolve_profile(args.profile)] if args.profile else saved_profiles(args.results_dir)
@@ -553,24 +562,53 @@ def cmd_status(args) -> int:
 
 
 def _stale_status(results_dir) -> int:
-    """`cse-kit status --stale`: one line per record that other library versions computed, with why."""
+    """`cse-kit status --stale`: one line per record that other library versions computed, with why, and one per
+    record set aside while it is recomputed."""
     from .environment import describe_versions
     from .results import ResultStore
 
     store = ResultStore(results_dir)
-    stale = store.stale()
+    stale, aside = store.stale(), store.set_aside()
     here = ", ".join(f"{k} {v}" for k, v in describe_versions().items())
-    if not stale:
+    if not stale and not aside:
         print(f"no stale record in {store.root}: every record was computed with this environment's library "
               f"versions (major.minor of {here})")
         return 0
     for key, why in stale.items():
-        record = json.loads(store.record_path(key).read_text())
-        subject = record["subject"]
-        what = subject.get("preset") or subject.get("method") if subject["kind"] == "trained" else subject["model"]
-        seed = f", seed {record['seed']}" if record.get("seed") is not None else ""
-        print(f"{key}  {what} ({record.get('profile') or 'no'} profile{seed}): {'; '.join(why)}")
-    print(f"{len(stale)} stale record(s) in {store.root}; `cse-kit report --recompute-stale` recomputes them")
+        print(f"{key}  {_run_words(store.read(key))}: {'; '.join(why)}")
+    if stale:
+        print(f"{len(stale)} stale record(s) in {store.root}; `cse-kit report --recompute-stale` recomputes them")
+    for key, note in aside.items():
+        print(f"{key}  set aside {note.get('when', '')} ({'; '.join(note['why'])}), its replacement unfinished: "
+              f"`cse-kit status --restore {key}{_results_dir_words(results_dir)}` puts it back")
+    return 0
+
+
+def _run_words(record: dict) -> str:
+    subject = record["subject"]
+    what = subject.get("preset") or subject.get("method") if subject["kind"] == "trained" else subject["model"]
+    seed = f", seed {record['seed']}" if record.get("seed") is not None else ""
+    return f"{what} ({record.get('profile') or 'no'} profile{seed})"
+
+
+def _results_dir_words(results_dir) -> str:
+    return f" --results-dir {results_dir}" if results_dir else ""
+
+
+def _restore(results_dir, keys: list[str]) -> int:
+    """`cse-kit status --restore KEY|all`: set-aside records back in place."""
+    from .results import ResultStore
+
+    store = ResultStore(results_dir)
+    aside = store.set_aside()
+    keys = list(aside) if keys == ["all"] else keys
+    unknown = [key for key in keys if key not in aside]
+    if unknown:
+        raise ValueError(f"no record {unknown[0]} is set aside in {store.root} (set aside: "
+                         f"{', '.join(aside) or 'none'}; `cse-kit status --stale` lists them)")
+    for key in keys:
+        store.restore(key)
+        print(f"{key}  restored: {_run_words(store.read(key))}")
     return 0
 
 

@@ -1,5 +1,6 @@
 """Records computed under other library versions (issue 59): named in every record, marked wherever shown, listed
-by `cse-kit status --stale`, recomputed by `cse-kit report --recompute-stale`; the others reused."""
+by `cse-kit status --stale`, recomputed by `cse-kit report --recompute-stale`; the others reused. A record being
+recomputed is set aside with its model, listed and restorable, until its replacement holds numbers (issue 68)."""
 
 import json
 
@@ -66,16 +67,20 @@ def test_a_stale_record_is_marked_listed_and_recomputed_and_the_others_reused(da
     assert listed[0] == f"{old}  smoke-bert (smoke profile): {why}"
     assert fresh not in "\n".join(listed) and "1 stale record(s)" in listed[-1]
 
-    # --recompute-stale: the stale record is computed again under this environment, the other one reused
-    assert store.discard_stale() == [old]
+    # --recompute-stale: the stale record is set aside (listed) and computed again under this environment, the other
+    # one reused; the set-aside copy goes once the replacement holds numbers
+    assert store.set_aside_stale() == [old] and list(store.set_aside()) == [old]
+    assert cli.main(["status", "--stale", "--results-dir", str(store.root)]) == 0
+    listed = capsys.readouterr().out
+    assert f"{old}  set aside" in listed and f"cse-kit status --restore {old}" in listed
     recomputed = run_rows(rows, Setup("smoke", [42], store), ("sts_dev",), lambda r: {"dev": 0})
     assert counted == ["sts_dev", "sts_dev", "sts_dev"] and list(recomputed.key) == [old, fresh]
-    assert store.stale() == {}
+    assert store.stale() == {} and store.set_aside() == {}
     assert cli.main(["status", "--stale", "--results-dir", str(store.root)]) == 0
     assert capsys.readouterr().out.startswith("no stale record")
 
 
-def test_report_recompute_stale_discards_the_stale_records_and_executes_the_notebooks_again(
+def test_report_recompute_stale_sets_the_stale_records_aside_and_executes_the_notebooks_again(
         data_dir, tmp_path, monkeypatch, capsys):
     import cse_kit.report
 
@@ -96,4 +101,62 @@ def test_report_recompute_stale_discards_the_stale_records_and_executes_the_note
                      "--recompute-stale"]) == 0
     assert built == [True]  # the notebooks execute again; their finished runs are reused
     assert f"recomputing 1 stale record(s) (other library versions): {stale}" in capsys.readouterr().out
-    assert not store.record_path(stale).exists() and store.record_path(kept).exists()
+    assert store.read(stale) is None and store.read(kept) is not None and list(store.set_aside()) == [stale]
+
+
+def test_a_stale_run_is_evaluated_again_without_training_where_asked(data_dir, tmp_path, monkeypatch):
+    import cse_kit.train.loop as loop
+    from cse_kit.train.presets import build_config
+
+    store = ResultStore(tmp_path, data_dir, notify=lambda line: None)
+    cfg = build_config("simcse-bert", "smoke", {"seed": 7})
+    first = store.get(cfg, ("sts_dev",))
+    _rewrite_environment(store, first["key"], transformers=OLD_TRANSFORMERS)
+    assert store.set_aside_stale(reevaluate_only=True) == [first["key"]]
+    assert store.set_aside()[first["key"]]["reevaluate_only"] is True
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("retrained a run asked to be evaluated again"))
+    again = store.get(cfg, ("sts_dev",))
+    assert again["metrics"]["sts_dev"] == first["metrics"]["sts_dev"]  # the same model, evaluated again
+    assert again["training_environment"]["transformers"] == OLD_TRANSFORMERS and store.stale() == {}
+    assert store.set_aside() == {}
+
+
+def test_a_recompute_killed_mid_notebook_loses_no_record(data_dir, tmp_path):
+    """kill -9 of `cse-kit report --recompute-stale` while its notebook runs: every stale record and its model are
+    still readable, listed by `cse-kit status --stale`, and back in place with `cse-kit status --restore all`."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cli_env
+    from cse_kit.train.presets import build_config
+
+    store = ResultStore(tmp_path / "results", data_dir, notify=lambda line: None)
+    subjects = [build_config("simcse-bert", "smoke", {"seed": 8}), Pretrained("smoke-bert", "avg", "smoke")]
+    before = [store.get(subject, ("sts_dev",)) for subject in subjects]
+    for record in before:
+        _rewrite_environment(store, record["key"], transformers=OLD_TRANSFORMERS)
+    before = [store.read(record["key"]) for record in before]
+    report = subprocess.Popen(
+        [sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only", "table8_lambda",
+         "--results-dir", str(store.root), "--data-dir", str(data_dir), "--out", str(tmp_path / "out"),
+         "--recompute-stale"], env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    running = tmp_path / "out" / "executed"
+    deadline = time.monotonic() + 120
+    while not list(running.glob("*.running.ipynb")) and report.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # its kernel at work
+    assert report.poll() is None, "the report ended before it could be killed mid-notebook"
+    os.killpg(report.pid, signal.SIGKILL)
+    report.wait()
+
+    aside = store.set_aside()
+    assert sorted(aside) == sorted(r["key"] for r in before)
+    assert all(store.read(r["key"]) is None or not store.read(r["key"])["metrics"] for r in before)
+    assert cli.main(["status", "--restore", "all", "--results-dir", str(store.root)]) == 0
+    assert [store.read(record["key"]) for record in before] == before
+    assert (store.run_dir(before[0]["key"]) / "model").is_dir() and store.set_aside() == {}
+    assert sorted(store.stale()) == sorted(r["key"] for r in before)  # as they were: stale, and listed so

@@ -190,17 +190,8 @@ class ResultStore:
         """{key: why} of this store's records computed under other major.minor versions of the libraries that decide
         numbers than this environment's (cse_kit.environment.stale_versions); unreadable records are left to
         check_readable."""
-        self._ready()
-        out = {}
-        for path in sorted((self.root / "records").glob("*.json")):
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            reasons = stale_versions(record.get("environment") or {}) if isinstance(record, dict) else []
-            if reasons:
-                out[path.stem] = reasons
-        return out
+        return {record["key"]: why for record in self.records()
+                if (why := stale_versions(record.get("environment") or {}))}
 
     def set_aside_stale(self, *, reevaluate_only: bool = False) -> list[str]:
         """Set every stale record aside, so the notebooks that show it compute it again: its record and model stay
@@ -310,9 +301,9 @@ class ResultStore:
             record["unverified_data"] = {**record.get("unverified_data", {}), **unverified}
         record.pop("digest", None)
         record["digest"] = content_digest(record)
-        if not (self.root / STORE_FILE).is_file():
-            write_json_atomic(self.root / STORE_FILE, {"key_scheme": KEY_SCHEME})
         write_json_atomic(self.record_path(record["key"]), record)
+        if not (self.root / STORE_FILE).is_file():  # after the record: a store file never names an empty store
+            write_json_atomic(self.root / STORE_FILE, {"key_scheme": KEY_SCHEME})
         if record["metrics"]:  # the replacement of a set-aside record holds numbers: the old one may go
             set_aside.replaced(self, record["key"])
 
