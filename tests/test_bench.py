@@ -301,10 +301,11 @@ def test_report_speed_records_the_seconds_the_report_starts_longest_first_by(tmp
     import report_speed
 
     from cse_kit import report
+    from cse_kit.report import scheduling
 
     seconds = tmp_path / "seconds.json"
     seconds.write_text(json.dumps({"cpu": {"table1_sts": 900}, "smoke": {"figure2_cosine": 9}}))
-    monkeypatch.setattr(report, "NOTEBOOK_SECONDS", seconds)
+    monkeypatch.setattr(scheduling, "NOTEBOOK_SECONDS", seconds)
     log = tmp_path / "console.log"
     log.write_text("[1 of 3 finished] table8_lambda: ok (39 s)\n[2 of 3 finished] table1_sts: reused (0 s)\n"
                    "[3 of 3 finished] compare_methods: ok (122 s)\n")

@@ -4,8 +4,10 @@ import json
 import math
 
 from cse_kit import cli, report
+from cse_kit.experiments.render import not_run_reasons
 from cse_kit.data.published import artefacts
-from cse_kit.papers import PAPERS, all_notebooks
+from cse_kit.papers import PAPERS, all_notebooks, notebooks
+from cse_kit.report.coverage_matrix import _status_of
 
 
 def _table(lines, profile="cpu"):
@@ -33,7 +35,7 @@ def test_every_artefact_of_every_paper_is_listed_once_with_its_status():
     assert by[("DiffCSE", "Table 7")]["status"] == "failed"
     assert by[("DiffCSE", "Table 5")]["status"] == "not built"
     for key, paper in PAPERS.items():  # an artefact no notebook covers is named, never silently absent
-        covered = {a for nb, k in all_notebooks().items() if k == key for a in report.paper_notebooks(key)[nb]}
+        covered = {a for nb, k in all_notebooks().items() if k == key for a in notebooks(key)[nb]}
         for a in artefacts(key):
             if a["data"] and a["id"] not in covered:
                 assert by[(paper, a["id"])]["status"] == "not implemented yet"
@@ -93,7 +95,7 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
 
 def test_every_headline_names_a_cell_of_the_papers_table_for_an_artefact_its_notebooks_reproduce():
     from cse_kit.data.published import paper_table
-    from cse_kit.papers import notebooks, paper_module
+    from cse_kit.papers import paper_module
 
     for key in PAPERS:
         module = paper_module(key)
@@ -135,7 +137,7 @@ def test_rows_a_profile_cannot_run_give_one_reason_per_cause_with_the_count_and_
 
     table6 = not_run(diffcse.table6_rows(list(diffcse.GENERATOR_ROWS), "smoke"), 6, ["STS-B", "Avg. transfer"],
                      "diffcse")
-    [generators] = report.not_run_reasons(table6.to_dict("records"))
+    [generators] = not_run_reasons(table6.to_dict("records"))
     assert generators == ("6 rows (bert-large-uncased, bert-base-uncased, google/bert_uncased_L-8_H-512_A-8, "
                           "google/bert_uncased_L-4_H-512_A-8, google/bert_uncased_L-4_H-256_A-4, "
                           "google/bert_uncased_L-2_H-128_A-2): no offline checkpoint of the generator on the smoke "
@@ -144,11 +146,11 @@ def test_rows_a_profile_cannot_run_give_one_reason_per_cause_with_the_count_and_
 
     table3 = not_run(esimcse.table3_rows(["bert", "bert-large", "roberta", "roberta-large"], "smoke"), 3,
                      ["STS-B", "Avg."], "esimcse")
-    literature, released = report.not_run_reasons(table3.to_dict("records"))
+    literature, released = not_run_reasons(table3.to_dict("records"))
     assert literature == "10 rows: literature rows: the paper's numbers only, no run behind them here"
     assert released.startswith("8 rows (princeton-nlp/unsup-simcse-bert-base-uncased, ffgcc/esimcse-bert-base-uncased, "
                                "princeton-nlp/unsup-simcse-bert-large-uncased, ")
     assert released.endswith("): released checkpoints need the Hub: they are evaluated on the paper profile")
     assert released.count("ffgcc/esimcse-roberta-large") == 1
-    kind, status, detail = report._status_of({"comparison": table3.to_dict("records"), "profile": "smoke"}, None)
+    kind, status, detail = _status_of({"comparison": table3.to_dict("records"), "profile": "smoke"}, None)
     assert (kind, detail) == ("not run on this profile", f"{literature}; {released}")

@@ -17,6 +17,7 @@ import papermill
 import pytest
 
 from cse_kit import report
+from cse_kit.report import scheduling
 from cse_kit.experiments import TABLE_MIMETYPE
 from cse_kit.progress import TERMINAL_PROGRESS_ENV
 from cse_kit.data.published import paper_table
@@ -690,10 +691,10 @@ def test_the_report_starts_the_longest_notebooks_first_and_an_unmeasured_one_bef
     first, so that no long one starts last and runs alone at the end; one not yet measured could be long: first."""
     seconds = tmp_path / "seconds.json"
     seconds.write_text(json.dumps({"smoke": {"a": 5, "b": 300, "c": 40}, "cpu": {"a": 900}}))
-    monkeypatch.setattr(report, "NOTEBOOK_SECONDS", seconds)
+    monkeypatch.setattr(scheduling, "NOTEBOOK_SECONDS", seconds)
     assert report.longest_first(["a", "b", "c", "new"], "smoke") == ["new", "b", "c", "a"]
     assert report.longest_first(["b", "a", "c"], "paper") == ["b", "a", "c"]  # nothing measured: the given order
-    monkeypatch.setattr(report, "NOTEBOOK_SECONDS", tmp_path / "absent.json")
+    monkeypatch.setattr(scheduling, "NOTEBOOK_SECONDS", tmp_path / "absent.json")
     assert report.longest_first(["c", "a"], "smoke") == ["c", "a"]
 
 

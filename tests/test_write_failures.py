@@ -95,7 +95,8 @@ def test_a_full_disk_at_a_checkpoint_or_the_model_export_and_ctrl_c_keep_nothing
 
 def test_records_eval_output_data_import_the_tokenized_cache_and_the_report_page_on_a_full_disk(
         small_disk, data_dir, capsys, monkeypatch):
-    from cse_kit import report, results
+    from cse_kit import results
+    from cse_kit.report import page
     from cse_kit.io import WriteFailed
     from cse_kit.models import load_model
     from cse_kit.results import Pretrained, ResultStore
@@ -118,7 +119,7 @@ def test_records_eval_output_data_import_the_tokenized_cache_and_the_report_page
     with pytest.raises(WriteFailed, match=f"cannot write {small_disk / 'cache'}/.*arrow: {NO_SPACE}"):
         tokenize([(f"sentence number {i}",) for i in range(5000)], tokenizer, 32, small_disk / "cache")
     capsys.readouterr()  # the tokenizing progress bar
-    monkeypatch.setattr(report, "execute_all", lambda *args: [])  # the page of no notebook: its own write only
+    monkeypatch.setattr(page, "execute_all", lambda *args: [])  # the page of no notebook: its own write only
     pages = small_disk / "reports"
     assert cli.main(["report", "--profile", "smoke", "--only", "table8_lambda", "--out", str(pages)]) == 2
     assert one_error_line(capsys).startswith(f"cse-kit: error: cannot write {pages / 'index.html'}: {NO_SPACE}")
