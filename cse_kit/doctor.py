@@ -179,8 +179,8 @@ def read_references(path: Path = REFERENCES, write: str = WRITE_COMMAND) -> dict
         if not {"code", "values", "provenances"} <= set(references):
             raise ValueError("it has no code, values and provenances")
     except (OSError, ValueError, TypeError) as error:
-        raise ValueError(f"cannot read the doctor's references {path} ({error}): restore it (`git checkout -- {path}`) "
-                         f"or write it anew with `{write}`") from None
+        raise ValueError(f"cannot read the doctor's references {path} ({error}): restore it (`git checkout -- "
+                         f"{shlex.quote(str(path))}`) or write it anew with `{write}`") from None
     return references
 
 
