@@ -626,7 +626,9 @@ def add_doctor(sub) -> None:
                    help="slurm: measure in a SLURM job, on the nodes that will train ($CSE_KIT_EXECUTOR_PARAMS, "
                         "e.g. '{\"slurm_partition\": \"gpu\"}')")
     p.add_argument("--write-references", action="store_true",
-                   help=f"after an intended change, write what is measured as the references ({WRITE_COMMAND})")
+                   help="after an intended change: rewrite the numbers that moved or had no reference, keep those "
+                        "still the same, and record the code's digest where every check was measured (without "
+                        f"--quick: {WRITE_COMMAND})")
     p.add_argument("--references", default=REFERENCES, metavar="FILE",
                    help="compare with (or write) this file instead of the kit's (a lab's own references)")
     _data_dir_arg(p)

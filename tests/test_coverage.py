@@ -87,6 +87,7 @@ def test_status_prints_the_matrix_from_saved_tables_without_executing(tmp_path, 
     assert cli.main(["status", "--results-dir", str(tmp_path)]) == 0  # no --profile: every profile with tables
     out = capsys.readouterr().out
     assert out.index("profile cpu;") < out.index("profile smoke;") and "Table 7    built (cpu)" in out
+    (tmp_path / "empty").mkdir()  # a store with nothing saved yet (a missing folder is refused: test_cli.py)
     assert cli.main(["status", "--results-dir", str(tmp_path / "empty")]) == 0
     assert "no saved tables in" in capsys.readouterr().out
     assert cli.main(["report", "--list", "--profile", "smoke", "--results-dir", str(tmp_path), "--paper", "scd"]) == 0
