@@ -142,6 +142,8 @@ class ResultStore:
         the same configuration digest (every computing setting but the seed, the code, the data and a user's files,
         a researcher's method's source, the evaluation protocol)."""
         found = {record.get("seed"): record}
+        if record.get("configuration") is None:  # a record whose old key could not be rebuilt: its own alone
+            return [record]
         for other in self.records():
             if other["key"] != record["key"] and other.get("configuration") == record.get("configuration"):
                 found.setdefault(other.get("seed"), other)
