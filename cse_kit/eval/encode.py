@@ -6,6 +6,8 @@ import hashlib
 import json
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -14,23 +16,95 @@ from ..environment import cpu_bf16_unit
 from .prompt import (PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states, sentence_lengths,
                       with_period)
 
-#: name -> what it reads off the model. The pooler is part of every result; it is never guessed.
-POOLERS = {
-    "cls": "[CLS] through the model's pooler (pooler_output: BERT's NSP pooler, or a SimCSE MLP after conversion)",
-    "cls_before_pooler": "raw [CLS] of the last layer (unsupervised SimCSE/DiffCSE at test time)",
-    "avg": "mean of the last layer over non-padding tokens",
-    "avg_top2": "mean over tokens of the average of the last two layers",
-    "avg_first_last": "mean over tokens of (first transformer layer + last layer) / 2: hidden_states[1], as "
-                      "SimCSE's evaluation.py since 2022-01",
-    "avg_emb_last": "mean over tokens of (embedding output + last layer) / 2: hidden_states[0], what DiffCSE, SCD "
-                    "and ESimCSE's evaluation.py call avg_first_last",
-    "prompt_mask": "last layer at [MASK] of a prompt template (PromptBERT; DiffAug at test time), default template "
-                   "'This sentence of \"[X]\" means [MASK] .'",
-    "prompt_mask_denoised": "prompt_mask minus the [MASK] state of the empty template at the sentence's length, its "
-                            "positions from 0 unless the model's cse_kit.json says otherwise (PromptBERT's template "
-                            "denoising)",
-}
-PROMPT_POOLERS = ("prompt_mask", "prompt_mask_denoised")
+
+@dataclass(frozen=True)
+class Pooler:
+    """One way of reading a sentence vector off a transformers model, declared once: the encoder, the methods'
+    training passes and the sentence-transformers export all read this declaration (POOLERS). The pooler is part of
+    every result; it is never guessed."""
+
+    name: str
+    description: str  # what it reads off the model, as `cse-kit eval --help` lists it
+    read: Callable[[Any, torch.Tensor], torch.Tensor]  # (model output, attention mask) -> (rows, hidden)
+    reads_all_layers: bool = False  # the model must return every layer's hidden states (output_hidden_states)
+    st_pooling_mode: str | None = None  # sentence-transformers' Pooling mode computing the same vector; None: none
+    reads_prompt: bool = False  # read at a prompt template's [MASK] by the Encoder (its template and denoising)
+
+    def __str__(self) -> str:
+        return self.description
+
+
+#: name -> its declaration (add_pooler); every pooler the kit knows
+POOLERS: dict[str, Pooler] = {}
+
+
+def add_pooler(pooler: Pooler) -> Pooler:
+    """Declare a pooler: from then on it is a choice of `--pooler`, of a run's `pooler` and of the export."""
+    if pooler.name in POOLERS:
+        raise ValueError(f"pooler {pooler.name!r} is declared already")
+    POOLERS[pooler.name] = pooler
+    return pooler
+
+
+def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1)
+
+
+def _model_pooler(outputs, attention_mask: torch.Tensor) -> torch.Tensor:
+    if getattr(outputs, "pooler_output", None) is None:
+        raise ValueError("pooler 'cls' needs the model's pooler layer, and this model has none "
+                         "(add_pooling_layer=False); use 'cls_before_pooler'")
+    return outputs.pooler_output
+
+
+def _first_token(outputs, attention_mask: torch.Tensor) -> torch.Tensor:
+    return outputs.last_hidden_state[:, 0]
+
+
+def _last_layer_mean(outputs, attention_mask: torch.Tensor) -> torch.Tensor:
+    return _masked_mean(outputs.last_hidden_state, attention_mask)
+
+
+def _two_layer_mean(first: int, last: int):
+    """The mean over tokens of the average of hidden_states[first] and hidden_states[last]."""
+    def read(outputs, attention_mask: torch.Tensor) -> torch.Tensor:
+        hs = outputs.hidden_states
+        return _masked_mean((hs[first] + hs[last]) / 2.0, attention_mask)
+    return read
+
+
+def _template_mask(name: str):
+    """A prompt pooler's read outside the Encoder: refused, as it needs the template."""
+    def read(outputs, attention_mask: torch.Tensor) -> torch.Tensor:
+        raise ValueError(f"pooler {name!r} reads a prompt template's [MASK]: encode through Encoder")
+    return read
+
+
+for _pooler in (
+    Pooler("cls", "[CLS] through the model's pooler (pooler_output: BERT's NSP pooler, or a SimCSE MLP after "
+                  "conversion)", _model_pooler),
+    Pooler("cls_before_pooler", "raw [CLS] of the last layer (unsupervised SimCSE/DiffCSE at test time)",
+           _first_token, st_pooling_mode="cls"),
+    Pooler("avg", "mean of the last layer over non-padding tokens", _last_layer_mean, st_pooling_mode="mean"),
+    Pooler("avg_top2", "mean over tokens of the average of the last two layers", _two_layer_mean(-2, -1),
+           reads_all_layers=True),
+    Pooler("avg_first_last", "mean over tokens of (first transformer layer + last layer) / 2: hidden_states[1], as "
+                             "SimCSE's evaluation.py since 2022-01", _two_layer_mean(1, -1), reads_all_layers=True),
+    Pooler("avg_emb_last", "mean over tokens of (embedding output + last layer) / 2: hidden_states[0], what DiffCSE, "
+                           "SCD and ESimCSE's evaluation.py call avg_first_last", _two_layer_mean(0, -1),
+           reads_all_layers=True),
+    Pooler("prompt_mask", "last layer at [MASK] of a prompt template (PromptBERT; DiffAug at test time), default "
+                          "template 'This sentence of \"[X]\" means [MASK] .'", _template_mask("prompt_mask"),
+           reads_prompt=True),
+    Pooler("prompt_mask_denoised", "prompt_mask minus the [MASK] state of the empty template at the sentence's "
+                                   "length, its positions from 0 unless the model's cse_kit.json says otherwise "
+                                   "(PromptBERT's template denoising)", _template_mask("prompt_mask_denoised"),
+           reads_prompt=True),
+):
+    add_pooler(_pooler)
+#: the poolers the Encoder reads at a template's [MASK] (its own template and denoising code: these two only)
+PROMPT_POOLERS = tuple(name for name, pooler in POOLERS.items() if pooler.reads_prompt)
 
 
 #: (tokenizer, max_length) -> text -> token ids: every run a notebook evaluates encodes the same STS and transfer
@@ -69,29 +143,17 @@ def check_pooler(pooler: str) -> str:
     return pooler
 
 
-def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1)
-
-
 def pool(outputs, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
-    """The SimCSE-family poolers on a transformers model output (with hidden states where needed). The prompt
-    poolers read a template's [MASK] state: the Encoder's `_prompt_vectors`."""
-    if pooler in PROMPT_POOLERS:
-        raise ValueError(f"pooler {pooler!r} reads a prompt template's [MASK]: encode through Encoder")
-    if pooler == "cls":
-        if getattr(outputs, "pooler_output", None) is None:
-            raise ValueError("pooler 'cls' needs the model's pooler layer, and this model has none "
-                             "(add_pooling_layer=False); use 'cls_before_pooler'")
-        return outputs.pooler_output
-    if pooler == "cls_before_pooler":
-        return outputs.last_hidden_state[:, 0]
-    if pooler == "avg":
-        return _masked_mean(outputs.last_hidden_state, attention_mask)
-    hs = outputs.hidden_states
-    pairs = {"avg_top2": (hs[-2], hs[-1]), "avg_first_last": (hs[1], hs[-1]), "avg_emb_last": (hs[0], hs[-1])}
-    first, last = pairs[check_pooler(pooler)]
-    return _masked_mean((first + last) / 2.0, attention_mask)
+    """The pooler's vectors of a transformers model output (with hidden states where it reads them). The prompt
+    poolers read a template's [MASK]: the Encoder's `_prompt_vectors`."""
+    return POOLERS[check_pooler(pooler)].read(outputs, attention_mask)
+
+
+def pooled_output(model, pooler: str, pool_mask: torch.Tensor | None = None, **inputs) -> torch.Tensor:
+    """(rows, hidden): the pooler's vectors of one pass of `model` over `inputs`, every layer's states asked for
+    only where the pooler reads them; a mean is taken over `pool_mask` (default: the attention mask)."""
+    outputs = model(**inputs, output_hidden_states=POOLERS[check_pooler(pooler)].reads_all_layers)
+    return pool(outputs, inputs["attention_mask"] if pool_mask is None else pool_mask, pooler)
 
 
 #: tokens per batch on CUDA by default (padded size): BERT-base's activations at this size take well under 1 GB
@@ -155,7 +217,7 @@ class Encoder:
         self.amp = amp and (self.device.type == "cuda" or (self.device.type == "cpu" and cpu_bf16_unit() is not None))
         self.progress = progress
         self.reading = template if isinstance(template, PromptReading) else PromptReading(template or PROMPTBERT_BERT)
-        self.template = Template(tokenizer, self.reading.template) if pooler in PROMPT_POOLERS else None
+        self.template = Template(tokenizer, self.reading.template) if POOLERS[pooler].reads_prompt else None
         # a trained head holds no dropout: the objective's own module is read as it is during training (where it
         # already has the encoder's device and dtype); a loaded one gets them
         self.head = self.reading.head.to(self.device, next(model.parameters()).dtype) \
@@ -241,7 +303,7 @@ class Encoder:
         start = time.perf_counter()
         ids = self._token_ids(sentences)
         batches = length_batches(np.array([len(x) for x in ids]), self.batch_size, self.max_tokens)
-        need_hidden = self.pooler not in ("cls", "cls_before_pooler", "avg", *PROMPT_POOLERS)
+        need_hidden = POOLERS[self.pooler].reads_all_layers
         cuda = self.device.type == "cuda"
         pooled = []  # kept on the device and copied once at the end: no host sync per batch
         # the bar counts padded tokens, the work a batch costs: in sentences its rate swung tenfold from the longest

@@ -5,9 +5,11 @@ sentence-transformers model whose embeddings equal the kit's."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 
+from ..eval.encode import POOLERS
 from ..eval.prompt import PROMPT_HEADS, PromptReading
 from ..io import atomic_dir, write_json_atomic
 from ..models import quiet_transformers, trust_remote_code
@@ -16,8 +18,26 @@ from ..models.prefix import PrefixedEncoder
 
 METADATA = "cse_kit.json"
 PROMPT_HEAD = "prompt_head.safetensors"  # the trained head a PromptReading applies (cse_kit.eval.prompt.PROMPT_HEADS)
-#: kit pooler -> sentence-transformers Pooling mode that computes the same vector
-ST_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
+
+
+class _SentenceTransformersPooling(Mapping):
+    """kit pooler -> the sentence-transformers Pooling mode that computes the same vector: the poolers that declare
+    one (cse_kit.eval.encode.POOLERS, read as it is now, so a pooler added there is exportable at once)."""
+
+    def __getitem__(self, pooler: str) -> str:
+        mode = POOLERS[pooler].st_pooling_mode if pooler in POOLERS else None
+        if mode is None:
+            raise KeyError(pooler)
+        return mode
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, pooler in POOLERS.items() if pooler.st_pooling_mode is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+ST_POOLING = _SentenceTransformersPooling()
 
 
 def export_encoder(encoder, tokenizer, out_dir, metadata: dict, prompt: PromptReading | None = None) -> Path:
