@@ -406,8 +406,8 @@ def add_publish(sub) -> None:
 
 
 def cmd_publish(args) -> int:
-    """The published folder of a run (cse_kit.papers.publish), and with --push its upload to the Hub."""
-    from .papers.publish import PublishError, publish, push
+    """The published folder of a run (cse_kit.publish), and with --push its upload to the Hub."""
+    from .publish import PublishError, publish, push
 
     _check_results_dir(args.results_dir)
     if args.push and not args.repo_id:

@@ -403,7 +403,7 @@ def test_a_run_of_ones_own_method_publishes_with_a_card_that_cites_no_paper_for_
     paper's numbers beside it (its preset is SimCSE's, its method is not), and cites SimCSE as its baseline."""
     from huggingface_hub import ModelCard
 
-    from cse_kit.papers import publish
+    from cse_kit import publish
 
     registry.import_plugin(str(EXAMPLE))
     store = ResultStore(tmp_path / "store", data_dir)

@@ -8,8 +8,8 @@ from conftest import REPO
 
 PACKAGE = REPO / "cse_kit"
 #: the top of cse_kit/, layer by layer from the top down: a module may import its own layer and those below it
-LAYERS = [("cli.py",), ("report", "doctor.py"), ("papers",), ("experiments",), ("results",), ("train",), ("methods",),
-          ("eval",), ("models",), ("data",), ("io.py", "environment.py", "progress.py", "__init__.py")]
+LAYERS = [("cli.py",), ("report", "doctor.py", "publish"), ("papers",), ("experiments",), ("results",), ("train",),
+          ("methods",), ("eval",), ("models",), ("data",), ("io.py", "environment.py", "progress.py", "__init__.py")]
 LAYER = {room: floor for floor, rooms in enumerate(LAYERS) for room in rooms}
 
 

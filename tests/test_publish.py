@@ -1,4 +1,4 @@
-"""`cse-kit publish` (cse_kit.papers.publish): a smoke DiffCSE run becomes a sentence-transformers model whose vectors
+"""`cse-kit publish` (cse_kit.publish): a smoke DiffCSE run becomes a sentence-transformers model whose vectors
 are the kit's, a smoke DiffAug run the kit's export with a card that says how to load it; each card parses as a
 huggingface_hub ModelCard, its model-index reads back through huggingface_hub's eval-results reader with the record's
 numbers, it shows mean ± std over the store's seeds beside the paper's number and says first that a smoke run is not
@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from cse_kit import cli
-from cse_kit.papers import publish as pub
+from cse_kit import publish as pub
 from cse_kit.results import ResultStore
+from cse_kit.experiments import STS_COLUMNS
 from cse_kit.train import build_config
 
 from conftest import REPO, cli_env
@@ -78,7 +79,7 @@ def test_a_diffcse_run_is_a_sentence_transformers_model_with_the_kits_vectors_an
     assert "smoke profile: not the DiffCSE paper's model" in name
     found = {(r.dataset_config, r.metric_type): r.metric_value for r in results}
     sts = pub.sts_values(record)
-    for task, column in pub.STS_COLUMNS.items():
+    for task, column in STS_COLUMNS.items():
         assert found[(task, "spearmanr")] == round(sts[column], 4)
     evaluation, transfer = pub.transfer_values(record)
     assert found[("MR", "accuracy")] == round(transfer["MR"], 4)
