@@ -14,6 +14,7 @@ from .mteb_results import MTEB_DIR, write_mteb_results
 from .numbers import mteb_values
 from .run import PublishError, find_run
 
+#: the sentences publish encodes with sentence-transformers and with the kit, which must agree (SIMILAR)
 CHECK_SENTENCES = ("A man is playing a guitar.", "Someone plays an instrument on a stage.",
                    "The stock market fell sharply on Monday after the announcement.",
                    "Three children are running through a field of tall grass.", "No.",

@@ -9,6 +9,7 @@ from ..data.published import PAPERS, paper_setting, paper_spec, paper_value
 from ..experiments import STS_COLUMNS, TRANSFER_COLUMNS
 
 
+#: preset -> the printed rows that stand for it: (paper, table, row) with STS columns (STS12 ... Avg.) or transfer
 #: columns (MR ... Avg.); an official-code preset stands for the paper's row as its paper preset does
 PAPER_ROWS = {
     "simcse-bert": [("diffcse", 1, "SimCSE-BERT-base"), ("diffcse", 2, "SimCSE-BERT-base")],

@@ -26,9 +26,6 @@ def method_words(method: str) -> str:
     return citations()[paper_key]["paper"] if paper_key else f"`{method}`, a method of one's own"
 
 
-#: preset -> the printed rows that stand for it: (paper, table, row) with STS columns (STS12 ... Avg.) or transfer
-
-
 #: a model reference of the profiles -> (its Hub id, its licence); a base model not listed has no known licence
 BASE_MODELS = {"bert-base-uncased": ("google-bert/bert-base-uncased", "apache-2.0"),
                "bert-large-uncased": ("google-bert/bert-large-uncased", "apache-2.0"),
@@ -40,7 +37,6 @@ BASE_MODELS = {"bert-base-uncased": ("google-bert/bert-base-uncased", "apache-2.
 DATASETS = {"Wiki1M": "princeton-nlp/datasets-for-simcse", "Wiki1M-sample": "princeton-nlp/datasets-for-simcse",
             "NLI": "princeton-nlp/datasets-for-simcse", "SNLI-triplets": "stanfordnlp/snli",
             "WikiText-103": "Salesforce/wikitext"}
-#: the sentences publish encodes with sentence-transformers and with the kit, which must agree (SIMILAR)
 
 
 def citations() -> dict:
