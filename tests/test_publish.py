@@ -1,15 +1,19 @@
 """`cse-kit publish` (cse_kit.publish): a smoke DiffCSE run becomes a sentence-transformers model whose vectors
 are the kit's, a smoke DiffAug run the kit's export with a card that says how to load it; each card parses as a
 huggingface_hub ModelCard, its model-index reads back through huggingface_hub's eval-results reader with the record's
-numbers, it shows mean ± std over the store's seeds beside the paper's number and says first that a smoke run is not
-the paper's model; MTEB results are laid out as MTEB's results repository and read back by mteb's own reader. The push
-goes to a Hub API this test serves on loopback (HF_ENDPOINT), which checks the files and the commit it receives;
-without a token, offline, unreachable or refused, the command says so in one line and publishes nothing."""
+numbers, it shows mean ± std over the store's seeds of its configuration (a researcher's edited method's own seeds
+only) beside the paper's number and says first that a smoke run is not the paper's model; a head-to-head record's
+STS numbers come from its per-pair cosines; every file a card links is in its folder. MTEB results are laid out as
+MTEB's results repository and read back by mteb's own reader. The push goes to a Hub API this test serves on loopback
+(HF_ENDPOINT), which checks the files and the commit it receives; without a token, offline, unreachable or refused,
+the command says so in one line and publishes nothing."""
 
 import base64
 import json
 import os
+import importlib.util
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -21,11 +25,14 @@ import pytest
 
 from cse_kit import cli
 from cse_kit import publish as pub
-from cse_kit.results import ResultStore
 from cse_kit.experiments import STS_COLUMNS
+from cse_kit.methods import registry
+from cse_kit.results import ResultStore
 from cse_kit.train import build_config
+from cse_kit.train.presets import PRECISION_WORDS
 
-from conftest import REPO, cli_env
+from conftest import FLOAT64, REPO, cli_env
+from test_extending import EXAMPLE, _plugin, own_methods  # noqa: F401 (a fixture)
 
 STS_SENTENCES = 40
 
@@ -56,6 +63,25 @@ def front_matter_and_body(card: str) -> tuple[str, list[str]]:
     return front, [line for line in body.splitlines() if line.strip()]
 
 
+def relative_links(card: str) -> list[str]:
+    """Every link of a card to a file beside it: the body's markdown links and images that name no scheme and no
+    anchor, and the front matter's license_link."""
+    _, front, body = card.split("---\n", 2)
+    links = re.findall(r"\]\(([^)\s]+)", body) + re.findall(r"^license_link:\s*(\S+)", front, re.M)
+    return [link for link in links if not re.match(r"[a-z][a-z0-9+.-]*:|#", link)]
+
+
+def assert_ships_what_it_links(folder: Path) -> None:
+    card = (folder / "README.md").read_text()
+    for link in relative_links(card):
+        assert (folder / link).exists(), f"the card links {link}, which its folder lacks"
+
+
+def test_relative_links_finds_a_file_link_and_leaves_web_links_and_anchors():
+    card = "---\nlicense: other\nlicense_link: LICENSE\n---\n[a](https://x.org) [b](#top) ![c](card.png) [d](mailto:x)\n"
+    assert relative_links(card) == ["card.png", "LICENSE"]
+
+
 def test_a_diffcse_run_is_a_sentence_transformers_model_with_the_kits_vectors_and_an_honest_card(store, data_dir,
                                                                                                  tmp_path, capsys):
     from huggingface_hub import ModelCard
@@ -78,7 +104,7 @@ def test_a_diffcse_run_is_a_sentence_transformers_model_with_the_kits_vectors_an
     name, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert "smoke profile: not the DiffCSE paper's model" in name
     found = {(r.dataset_config, r.metric_type): r.metric_value for r in results}
-    sts = pub.sts_values(record)
+    sts = pub.sts_values(record, data_dir)
     for task, column in STS_COLUMNS.items():
         assert found[(task, "spearmanr")] == round(sts[column], 4)
     evaluation, transfer = pub.transfer_values(record)
@@ -90,9 +116,10 @@ def test_a_diffcse_run_is_a_sentence_transformers_model_with_the_kits_vectors_an
     assert body[0].startswith("# cse-kit/diffcse-bert-sts-smoke-seed1") and \
         body[1].startswith("> **Not the DiffCSE paper's model.** A `smoke`-profile run")
     text = "\n".join(body)
-    both = [pub.sts_values(r)["Avg."] for r in (record, records["diffcse2"])]
+    both = [pub.sts_values(r, data_dir)["Avg."] for r in (record, records["diffcse2"])]
     assert f"{np.mean(both):.2f} ± {np.std(both, ddof=1):.2f}" in text  # over the store's two seeds
     assert "| paper | 72.28 | 84.43 | 76.47 | 83.90 | 80.54 | 80.59 | 71.23 | 78.49 |" in text
+    assert "which are printed beside them for reference only" in text
     assert "reproduces voidism/DiffCSE" in text  # the official-code variant names its script
     assert record["code_version"] in text and record["key"] in text and "@inproceedings{chuang2022diffcse" in text
     assert "@inproceedings{gao2021simcse" in text
@@ -103,6 +130,8 @@ def test_a_diffcse_run_is_a_sentence_transformers_model_with_the_kits_vectors_an
     ours = s.encoder(record).encode(sentences(data_dir))
     assert np.abs(theirs - ours).max() <= 1e-6 * np.abs(ours).max()
     assert (out / "cse_kit.json").is_file()  # cse-kit eval reads the pooler from the folder too
+    assert "license_link" not in front and "license_name: unknown" in front  # licence other: no LICENSE shipped
+    assert_ships_what_it_links(out)
 
 
 def test_the_mteb_results_are_in_the_results_repositorys_layout_and_mtebs_reader_loads_them(store, tmp_path):
@@ -139,8 +168,9 @@ def test_a_diffaug_run_is_the_kits_export_and_its_cards_code_loads_it(store, dat
     card = ModelCard.load(out.folder / "README.md")
     assert card.data.library_name == "transformers"
     _, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
-    assert [r.metric_value for r in results] == [round(v, 4) for k, v in pub.sts_values(record).items()
+    assert [r.metric_value for r in results] == [round(v, 4) for k, v in pub.sts_values(record, data_dir).items()
                                                  if k != "Avg."]
+    assert_ships_what_it_links(out.folder)
     _, body = front_matter_and_body(card.content)
     assert body[1].startswith("> **Not the DiffAug paper's model.**")
     assert "DiffAug Table 1, DiffAug (ours) (semi-supervised, w/o aux loss)" in card.content
@@ -154,19 +184,105 @@ def test_a_diffaug_run_is_the_kits_export_and_its_cards_code_loads_it(store, dat
     assert np.array_equal(encoder.encode(sentences(data_dir)), s.encoder(record).encode(sentences(data_dir)))
 
 
-def test_a_run_trained_outside_a_store_is_published_with_its_dev_score(data_dir, tmp_path):
+def train_outside_a_store(run: Path, data_dir, *settings: str) -> dict:
+    """`cse-kit train` of smoke SimCSE (and `--set` settings) into run; its summary.json."""
+    argv = ["train", "--preset", "simcse-bert", "--profile", "smoke", "--output-dir", str(run), "--data-dir",
+            str(data_dir), "--no-progress", "--log-with", "none"]
+    assert cli.main(argv + [arg for setting in settings for arg in ("--set", setting)]) == 0
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_a_run_trained_outside_a_store_is_published_with_its_dev_score_in_true_sentences(data_dir, tmp_path):
     from huggingface_hub import ModelCard
     from huggingface_hub.repocard_data import model_index_to_eval_results
 
     run = tmp_path / "run"
-    assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke", "--output-dir", str(run),
-                     "--data-dir", str(data_dir), "--no-progress", "--log-with", "none"]) == 0
-    summary = json.loads((run / "summary.json").read_text())
+    summary = train_outside_a_store(run, data_dir)
+    assert summary["method_source"] is None  # the kit's own method
     out = pub.publish(str(run), tmp_path / "out")
     card = ModelCard.load(out.folder / "README.md")
     _, [result] = model_index_to_eval_results(card.data.to_dict()["model-index"])
     assert (result.dataset_split, result.metric_value) == ("validation", round(summary["best"], 4))
     assert "no test evaluation" in card.content and out.kind == "sentence-transformers"
+    text = card.content
+    # the command a reader can run: the folder they downloaded, not the run's bare `model`
+    assert "Test it with `cse-kit eval --model path/to/this/folder --tasks all --mode test`" in text
+    assert "--model model " not in text
+    assert "Its numbers are not comparable to the paper's." in text and "printed beside them" not in text
+    assert f"in {PRECISION_WORDS[summary['mixed_precision']]};" in text and "precision no" not in text
+    assert (summary["environment"].get("cpu_model") or summary["environment"].get("gpu")) in text
+    assert_ships_what_it_links(out.folder)
+    named = pub.publish(str(run / "model"), tmp_path / "named", repo_id="my-org/simcse-smoke").card
+    assert "Test it with `cse-kit eval --model my-org/simcse-smoke --tasks all --mode test`" in named
+
+
+def test_a_plugin_run_trained_outside_a_store_names_its_source_digest(data_dir, tmp_path, own_methods):
+    from cse_kit.methods import method_class
+
+    registry.import_plugin(str(EXAMPLE))
+    run = tmp_path / "run"
+    summary = train_outside_a_store(run, data_dir, "method=margin-simcse", "max_steps=2", "eval_steps=2")
+    assert summary["method_source"] == registry.method_digest(method_class("margin-simcse"))
+    card = pub.publish(str(run), tmp_path / "out").card
+    assert f"its source's digest, as the run's summary.json holds it: `{summary['method_source']}`." in card
+    assert "not stored" not in card
+
+
+def test_a_head_to_head_records_sts_numbers_come_from_its_per_pair_cosines_and_equal_its_sts_test(data_dir,
+                                                                                                  tmp_path):
+    """The head-to-head (papers.comparison) stores every STS test pair's cosine, not the STS test: the card shows the
+    numbers those cosines give, which are the STS test's to 1e-12 where a record holds both from one encoding (whole
+    test sets: a run of no profile, which samples none), and averages them over seeds with the STS test's."""
+    from huggingface_hub import ModelCard
+    from huggingface_hub.repocard_data import model_index_to_eval_results
+
+    s = ResultStore(tmp_path / "store", data_dir)
+
+    def subject(seed: int):
+        return build_config("simcse-bert", "smoke", {"seed": seed, "profile": None, "max_steps": 2, "eval_steps": 2})
+
+    notebook = s.get(subject(1), ("sts_test",))  # the STS test, and each pair's cosine from the same encoding
+    head_to_head = s.get(subject(2), ("sts_pairs",))
+    assert "sts_pairs" in notebook["metrics"] and "sts_test" not in head_to_head["metrics"]
+    pairs_only = {**notebook, "metrics": {k: v for k, v in notebook["metrics"].items() if k != "sts_test"}}
+    from_test, from_pairs = pub.sts_values(notebook, data_dir), pub.sts_values(pairs_only, data_dir)
+    assert from_test.keys() == from_pairs.keys() == {*STS_COLUMNS.values(), "Avg."}
+    for column, value in from_test.items():
+        assert from_pairs[column] == pytest.approx(value, abs=FLOAT64), column
+
+    out = pub.publish(head_to_head["key"], tmp_path / "pairs", results_dir=s.root)
+    card = ModelCard.load(out.folder / "README.md")
+    assert "**STS test**" in card.content and "no test evaluation" not in card.content
+    _, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    values = pub.sts_values(head_to_head, data_dir)
+    assert [r.metric_value for r in results] == [round(v, 4) for k, v in values.items() if k != "Avg."]
+    both = [values["Avg."], from_test["Avg."]]
+    assert "| over seeds |" in card.content and f"{np.mean(both):.2f} ± {np.std(both, ddof=1):.2f}" in card.content
+
+
+def test_the_card_of_an_edited_methods_run_averages_its_own_seeds_only(data_dir, tmp_path, own_methods):
+    """A researcher's method trained with seeds 1 and 2, one line of its loss edited, trained again with seed 1: the
+    new run's card is of its one seed; the old version's cards still average their two."""
+    path = _plugin(tmp_path, "edited_for_card")
+    registry.import_plugin(str(path))
+    s = ResultStore(tmp_path / "store", data_dir)
+
+    def trained(seed: int) -> dict:
+        settings = {"seed": seed, "method": "edited_for_card", "max_steps": 2, "eval_steps": 2}
+        return s.get(build_config("simcse-bert", "smoke", settings), ("sts_test",))
+
+    old = [trained(1), trained(2)]
+    _plugin(tmp_path, "edited_for_card", "cos = a @ b.T - 2 * self.options.margin")  # one line of the loss
+    spec = importlib.util.spec_from_file_location("edited_for_card", path)
+    spec.loader.exec_module(sys.modules["edited_for_card"])  # the module as a new process would import it
+    new = trained(1)
+    assert new["key"] != old[0]["key"] and new["method_source"] != old[0]["method_source"]
+
+    card = pub.publish(new["key"], tmp_path / "new", results_dir=s.root).card
+    assert "the only seed of this configuration in the results store" in card and "| over seeds |" not in card
+    assert new["method_source"] in card and old[0]["method_source"] not in card
+    card = pub.publish(old[0]["key"], tmp_path / "old", results_dir=s.root).card
+    assert "over the 2 seeds of the same configuration in the results store (1, 2)" in card
 
 
 def test_a_notebook_publishes_a_table_rows_run_and_lists_the_command_of_each(store, data_dir, tmp_path):
@@ -285,11 +401,20 @@ def cse_kit(args: list[str], **env) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, cwd=REPO)
 
 
+def test_the_push_command_keeps_every_option_given():
+    assert pub.push_command("runs/my run", "out", repo_id="my-org/x") == \
+        "cse-kit publish 'runs/my run' --out out --repo-id my-org/x --push"
+    assert pub.push_command("0123", "o", repo_id="a/b", results_dir="lab store", license="mit", st=False,
+                            private=True) == \
+        "cse-kit publish 0123 --out o --repo-id a/b --results-dir 'lab store' --license mit --no-st --push --private"
+
+
 def test_the_push_uploads_the_folder_in_one_commit_to_the_hub_api(store, hub, tmp_path):
     s, records = store
     out = tmp_path / "pushed"
-    done = cse_kit(["publish", records["diffcse"]["key"], "--out", str(out), "--results-dir", str(s.root),
-                    "--repo-id", "my-org/diffcse-smoke", "--push", "--private"],
+    command = pub.push_command(records["diffcse"]["key"], out, repo_id="my-org/diffcse-smoke", results_dir=s.root,
+                               private=True)
+    done = cse_kit(shlex.split(command)[1:],  # the command a publish without --push gives to push it
                    HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_test_token", HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"published my-org/diffcse-smoke (private): {hub.endpoint}/my-org/diffcse-smoke/commit/{'a' * 40}" in \

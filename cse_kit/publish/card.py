@@ -10,14 +10,15 @@ from ..data.published import PAPERS, paper_spec
 from ..experiments import PROFILE_NOTES, STS_COLUMNS, TRANSFER_COLUMNS
 from ..train.config import OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig
 from ..train.export import ST_POOLING
+from ..train.presets import PRECISION_WORDS
 from .mteb_results import embed_dim, mteb_revision
-from .numbers import mteb_values, over_seeds, paper_numbers, sts_values, transfer_values
+from .numbers import mteb_values, over_seeds, paper_numbers, sts_sample, sts_values, transfer_values
 from .origins import BASE_MODELS, DATASETS, citations, method_papers, method_words
 from .run import Run, model_name
 
 #: the prefix of each method's own settings in TrainConfig
-OWN_SETTINGS = {"generator": "diffcse", "mask_ratio": "diffcse", "lam": "diffcse", "scd_": "scd", "consert_": "consert", "esimcse_": "esimcse", "promptbert_": "promptbert",
-                "diffaug_": "diffaug"}
+OWN_SETTINGS = {"generator": "diffcse", "mask_ratio": "diffcse", "lam": "diffcse", "scd_": "scd", "consert_": "consert",
+                "esimcse_": "esimcse", "promptbert_": "promptbert", "diffaug_": "diffaug"}
 #: smoke and cpu runs: not the papers' models
 NOT_PAPER_PROFILES = ("smoke", "cpu", "mini", "mini-rehearsal")
 
@@ -106,15 +107,16 @@ def card_data(run: Run, kind: str, repo_id: str | None, license: str | None):
     results = []
     record = run.record
     if record:
-        sample = record["metrics"].get("sts_test", {}).get("sample_per_subset")
-        if sts_values(record):
+        sample = sts_sample(record)
+        sts = sts_values(record, run.data_dir)
+        if sts:
             for task, col in STS_COLUMNS.items():
                 results.append(EvalResult(
                     task_type="sentence-similarity", task_name="Semantic Textual Similarity", dataset_type="senteval",
                     dataset_name=f"SentEval {col}", dataset_config=task, dataset_split="test",
                     dataset_args={"aggregation": "all", **({"sample_per_subset": sample} if sample else {})},
                     metric_type="spearmanr", metric_name="Spearman (cosine) x100",
-                    metric_value=round(sts_values(record)[col], 4), **source))
+                    metric_value=round(sts[col], 4), **source))
         transfer = transfer_values(record)
         if transfer:
             evaluation, values = transfer
@@ -140,7 +142,7 @@ def card_data(run: Run, kind: str, repo_id: str | None, license: str | None):
             metric_name=f"{run.summary['metric']} (the dev metric that chose the checkpoint)",
             metric_value=round(run.summary["best"], 4)))
     chosen_license = license or base_license or "other"
-    extra = {} if license or base_license else {"license_name": "unknown", "license_link": "LICENSE"}
+    extra = {} if license or base_license else {"license_name": "unknown"}  # no LICENSE file: none is linked
     return ModelCardData(
         language=["en"], license=chosen_license, library_name="sentence-transformers" if kind ==
         "sentence-transformers" else "transformers", tags=tags, base_model=base if base else None,
@@ -188,6 +190,16 @@ def _licence_words(model: str, license: str | None) -> str:
             "give one with `cse-kit publish --license`")
 
 
+def _shows_paper_numbers(run: Run) -> bool:
+    """Whether the card prints a paper's row beside the run's numbers: its record's STS or transfer test, of a preset
+    whose row the papers print."""
+    record = run.record
+    if record is None:
+        return False
+    return (sts_values(record, run.data_dir) is not None and paper_numbers(run.preset, "sts", run.method) is not None
+            or transfer_values(record) is not None and paper_numbers(run.preset, "transfer", run.method) is not None)
+
+
 def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=None):
     cite = citations()
     paper_key, baselines = method_papers(run.method)
@@ -198,10 +210,13 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
     yield f"# {data.model_name}"
     yield ""
     if run.profile in NOT_PAPER_PROFILES:
-        yield (f"> **Not {'the ' + paper + ' paper' if paper_key else 'a paper'}'s model.** A `{run.profile}`-profile run of cse-kit: {PROFILE_NOTES[run.profile]}. "
+        yield (f"> **Not {'the ' + paper + ' paper' if paper_key else 'a paper'}'s model.** A `{run.profile}`-profile "
+               f"run of cse-kit: {PROFILE_NOTES[run.profile]}. "
                f"Base model: {_base_words(config['model'])}; training data: {_data_words(config)}"
-               + (f"; {record['train']['steps']} steps" if record else "") + (". Its numbers below are not "
-               "comparable to the paper's, which are printed beside them for reference only." if paper_key else "."))
+               + (f"; {record['train']['steps']} steps" if record else "") + (
+                   ". Its numbers are not comparable to the paper's" + (
+                       ", which are printed beside them for reference only" if _shows_paper_numbers(run) else "")
+                   if paper_key else "") + ".")
         yield ""
     what = f"{paper}"
     if paper_key in PAPERS:
@@ -242,7 +257,7 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
         yield (f"What the `{run.profile}` profile changes in the paper recipe: "
                + ", ".join(f"`{k}={v!r}` (paper: {p!r})" for k, (v, p) in profile.items()) + ".")
     yield ""
-    yield from _results(run, paper)
+    yield from _results(run, ref)
     yield from _training(run)
     yield from _usage(run, kind, ref, refusal, difference)
     if mteb_dir:
@@ -265,8 +280,10 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
         yield cite[paper_key]["bibtex"]
         yield "```"
     else:
-        yield (f"The method is {paper}, from no paper yet; the run's record holds the digest of its source "
-               f"(`{(run.record or {}).get('method_source', 'not stored')}`).")
+        yield f"The method is {paper}, from no paper yet; " + (
+            f"its source's digest, as the run's {'record' if run.record else 'summary.json'} holds it: "
+            f"`{run.method_source}`." if run.method_source else
+            "the run's summary.json holds no digest of its source (trained before cse-kit stored it).")
     if baselines:
         yield ""
         yield "Its baselines: " + ", ".join(cite[b]["paper"] for b in baselines) + "."
@@ -276,7 +293,7 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
         yield "```"
 
 
-def _results(run: Run, paper: str):
+def _results(run: Run, ref: str):
     record = run.record
     yield "## Results"
     yield ""
@@ -284,7 +301,7 @@ def _results(run: Run, paper: str):
         summary = run.summary
         yield (f"This run was trained outside a results store, so it has no test evaluation: its checkpoint is the "
                f"one with the best {summary['metric']} on the dev set, {summary['best']:.2f} at step "
-               f"{summary['best_step']} of {summary['steps']}. Test it with `cse-kit eval --model {run.model_dir.name}"
+               f"{summary['best_step']} of {summary['steps']}. Test it with `cse-kit eval --model {ref}"
                " --tasks all --mode test`, or train it through a notebook (the results store) to publish its test "
                "numbers.")
         yield ""
@@ -299,15 +316,16 @@ def _results(run: Run, paper: str):
         yield (f"This model is seed {record['seed']}, the only seed of this configuration in the results store: no "
                "spread over seeds can be given (a notebook's `seeds` parameter trains more).")
     yield ""
-    sts = sts_values(record)
+    sts = sts_values(record, run.data_dir)
     if sts:
-        sample = record["metrics"]["sts_test"].get("sample_per_subset")
+        sample = sts_sample(record)
         where = paper_numbers(run.preset, "sts", run.method)
         yield ("**STS test** (Spearman correlation of cosine similarities ×100; SentEval, STS12-16 in the 'all' "
                "aggregation, as the papers)" + (f"; {sample} sampled pairs per subset (smoke profile)" if sample
                                                  else "") + ":")
         yield ""
-        yield from _table(list(sts), sts, [sts_values(r) for r in seeds if sts_values(r)], where)
+        others = [values for r in seeds if sts_sample(r) == sample and (values := sts_values(r, run.data_dir))]
+        yield from _table(list(sts), sts, others, where)
     transfer = transfer_values(record)
     if transfer:
         evaluation, values = transfer
@@ -359,6 +377,17 @@ def _seconds(s: float) -> str:
     return f"{s:.1f} s" if s < 10 else f"{s:.0f} s" if s < 600 else f"{s / 60:.1f} min"
 
 
+def _hardware(env: dict) -> str:
+    """What a run trained on, from its environment: its GPU, else its CPU's model and threads."""
+    cpu = env.get("cpu_model") or env.get("cpu", "?")
+    return env.get("gpu") or f"a CPU ({cpu}, {env.get('torch_threads', '?')} threads)"
+
+
+def _precision_words(used: str | None) -> str:
+    """Accelerate's mixed_precision as the run trained in it, in words (fp32, bf16 autocast, fp16 autocast ...)."""
+    return PRECISION_WORDS.get(used, "a precision its run folder does not record")
+
+
 def _training(run: Run):
     record = run.record
     env = (record or run.summary).get("environment", {})
@@ -366,12 +395,11 @@ def _training(run: Run):
     yield ""
     if record:
         train, timings = record["train"], record["timings"]
-        hardware = env.get("gpu") or f"CPU ({env.get('cpu', '?')}, {env.get('torch_threads', '?')} threads)"
         memory = train.get("peak_gpu_memory_bytes") or train.get("peak_rss_bytes")
         yield (f"{train['steps']} steps in {_seconds(timings.get('train_train_s', math.nan))} of training "
-               f"({_seconds(timings.get('train_eval_s', 0))} of dev evaluation besides) on {hardware}, "
-               f"{train['processes']} process{'es' if train['processes'] > 1 else ''}, precision "
-               f"{train['mixed_precision']}" + (f", peak memory {memory / 2 ** 30:.2f} GiB "
+               f"({_seconds(timings.get('train_eval_s', 0))} of dev evaluation besides) on {_hardware(env)}, "
+               f"{train['processes']} process{'es' if train['processes'] > 1 else ''}, in "
+               f"{_precision_words(train['mixed_precision'])}" + (f", peak memory {memory / 2 ** 30:.2f} GiB "
                                                 f"({'GPU' if train.get('peak_gpu_memory_bytes') else 'resident'})"
                                                 if memory else "") + ".")
         yield ""
@@ -388,9 +416,9 @@ def _training(run: Run):
                "(the papers' protocol in fp32) |")
     else:
         summary = run.summary
-        yield (f"{summary['steps']} steps in {summary['seconds']['train']:.0f} s on {env.get('gpu') or env.get('cpu')}"
-               f", precision {summary.get('mixed_precision')}; cse-kit {env.get('cse_kit')}, torch {env.get('torch')},"
-               f" transformers {env.get('transformers')}.")
+        yield (f"{summary['steps']} steps in {_seconds(summary['seconds']['train'])} on {_hardware(env)}, in "
+               f"{_precision_words(summary.get('mixed_precision'))}; cse-kit {env.get('cse_kit')}, torch "
+               f"{env.get('torch')}, transformers {env.get('transformers')}.")
     yield ""
 
 
@@ -411,7 +439,8 @@ def _usage(run: Run, kind: str, ref: str, refusal: str | None, difference: float
         yield "```"
         yield ""
     else:
-        yield (f"Not a sentence-transformers model ({refusal}): load it with cse-kit installed (its repository's README says how), which "
+        yield (f"Not a sentence-transformers model ({refusal}): load it with cse-kit installed (its repository's "
+               "README says how), which "
                "reads its pooler" + (", template" if run.config.get("template") else "")
                + " and any prefix or adapters from `cse_kit.json` and the files beside it:")
         yield ""

@@ -41,7 +41,8 @@ def st_refusal(model_dir: Path, pooler: str | None) -> str | None:
     from ..models.prefix import PrefixedEncoder
 
     if (model_dir / PrefixedEncoder.FILE).is_file():
-        return "it attends a learned prefix at every layer (DiffAug), which sentence-transformers' Transformer cannot pass"
+        return ("it attends a learned prefix at every layer (DiffAug), which sentence-transformers' Transformer cannot "
+                "pass")
     if (model_dir / HoulsbyAdapters.FILE).is_file():
         return "it holds bottleneck adapters (DiffAug Table 3), which sentence-transformers' Transformer does not load"
     if pooler not in ST_POOLING:

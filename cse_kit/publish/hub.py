@@ -1,7 +1,9 @@
-"""The push: the published folder uploaded to a Hugging Face Hub repository in one commit."""
+"""The push: the published folder uploaded to a Hugging Face Hub repository in one commit, and the command that
+does it."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from .run import PublishError
@@ -46,3 +48,14 @@ def push(folder, repo_id: str, *, private: bool = False) -> str:
         raise PublishError(f"the upload to {constants.ENDPOINT} broke off ({type(err).__name__}: {err}); the commit "
                            f"was not made, so nothing is published; push again ({left})") from None
     return info.commit_url
+
+
+def push_command(target: str, out, *, repo_id: str, results_dir=None, license: str | None = None, st: bool = True,
+                 private: bool = False) -> str:
+    """The `cse-kit publish ... --push` command that pushes what a publish with these options wrote, every option
+    given kept (a run of another store is found again only with its --results-dir), quoted for a shell."""
+    args = ["cse-kit", "publish", str(target), "--out", str(out), "--repo-id", repo_id]
+    args += ["--results-dir", str(results_dir)] if results_dir is not None else []
+    args += ["--license", license] if license else []
+    args += [] if st else ["--no-st"]
+    return shlex.join(args + ["--push"] + (["--private"] if private else []))

@@ -35,7 +35,8 @@ def write_mteb_results(run: Run, folder: Path, repo_id: str | None) -> Path:
         "name": name, "revision": mteb_revision(run), "release_date": run.record.get("created", "")[:10] or None,
         "languages": ["eng-Latn"], "embed_dim": embed_dim(run.model_dir), "license": base[1],
         "open_weights": True, "framework": ["PyTorch", "Sentence Transformers"] if meta.get("pooler") in ST_POOLING
-        else ["PyTorch"], "similarity_fn_name": ScoringFunction.COSINE, "use_instructions": False, "adapted_from": base[0],
+        else ["PyTorch"], "similarity_fn_name": ScoringFunction.COSINE, "use_instructions": False,
+        "adapted_from": base[0],
         "reference": f"https://huggingface.co/{repo_id}" if repo_id else None,
         "public_training_code": "https://github.com/voidism/DiffCSE" if run.method == "diffcse" else None,
         "citation": citations()[paper_key]["bibtex"] if paper_key else None,

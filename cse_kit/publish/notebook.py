@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .folder import Published, publish
-from .run import PublishError, _load
+from .run import PublishError, stored_record
 
 
 def commands(long, s, out: str = "published") -> list[str]:
@@ -11,7 +11,7 @@ def commands(long, s, out: str = "published") -> list[str]:
     ex.setup), one line per (row, seed): `cse-kit publish KEY --results-dir ... --out <out>/<row>-seed<seed>`."""
     lines = []
     for line in long[long.status == "ok"].itertuples():
-        record = _load(s.store.record_path(line.key), line.key)
+        record = stored_record(s.store, line.key)
         if record is None or record["subject"]["kind"] != "trained":
             continue  # a pretrained model evaluated as it is
         folder = f"{out}/{_slug(line.row)}-seed{line.seed}"

@@ -1,12 +1,17 @@
-"""The numbers a card shows: the record's STS, transfer and MTEB results, their mean ± std over seeds, and the row the
-papers print for the run's preset."""
+"""The numbers a card shows: the record's STS (from its STS test, or from the head-to-head's per-pair cosines),
+transfer and MTEB results, their mean ± std over seeds, and the row the papers print for the run's preset."""
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
+from ..data import DataError
 from ..data.published import PAPERS, paper_setting, paper_spec, paper_value
+from ..eval.sts import headline
 from ..experiments import STS_COLUMNS, TRANSFER_COLUMNS
+from ..papers.comparison import gold, sts_columns
+from .run import PublishError
 
 
 #: preset -> the printed rows that stand for it: (paper, table, row) with STS columns (STS12 ... Avg.) or transfer
@@ -38,14 +43,42 @@ PAPER_ROWS = {
 }
 
 
-def sts_values(record: dict) -> dict | None:
-    """STS test Spearman ×100 by column (STS12 ... SICK-R, Avg.), the SentEval 'all' aggregation, or None."""
-    sts = record["metrics"].get("sts_test")
-    if not sts:
+def sts_values(record: dict, data_dir) -> dict | None:
+    """STS test Spearman ×100 by column (STS12 ... SICK-R, Avg.), the SentEval 'all' aggregation: the record's STS
+    test evaluation, else the same numbers from its per-pair cosines (`sts_pairs`, the head-to-head's) against the gold
+    scores in data_dir; None where it has neither."""
+    metrics = record["metrics"]
+    if metrics.get("sts_test"):
+        sts = metrics["sts_test"]
+        return {**{col: headline(task, sts[task]) for task, col in STS_COLUMNS.items()}, "Avg.": sts["avg"]}
+    if "sts_pairs" not in metrics:
         return None
-    out = {col: (sts[t]["all"]["spearman"] if "all" in sts[t] else sts[t]["test"]["spearman"])
-           for t, col in STS_COLUMNS.items()}
-    return {**out, "Avg.": sts["avg"]}
+    scores = sts_columns(record, _gold(record, str(data_dir)))
+    return {**{col: scores[task] for task, col in STS_COLUMNS.items()}, "Avg.": scores["Avg. STS"]}
+
+
+def sts_sample(record: dict) -> int | None:
+    """The pairs per subset sts_values read (the smoke profile's sampled STS test), None for the whole test sets."""
+    return record["metrics"].get("sts_test", {}).get("sample_per_subset")
+
+
+def _gold(record: dict, data_dir: str) -> dict:
+    """The STS test gold scores of data_dir that the record's per-pair cosines are correlated with."""
+    try:
+        scores = _gold_scores(data_dir)
+    except DataError as err:
+        raise PublishError(f"record {record['key']} holds per-pair cosines, whose STS numbers need the gold scores "
+                           f"of {data_dir}: {err}") from None
+    wrong = [task for task, cosines in record["metrics"]["sts_pairs"].items() if len(cosines) != len(scores[task])]
+    if wrong:
+        raise PublishError(f"record {record['key']}'s per-pair cosines of {', '.join(wrong)} are not the test pairs "
+                           f"of {data_dir}: set CSE_KIT_DATA to the data folder it was evaluated with")
+    return scores
+
+
+@lru_cache(maxsize=2)
+def _gold_scores(data_dir: str) -> dict:
+    return gold(data_dir)
 
 
 def transfer_values(record: dict) -> tuple[str, dict] | None:

@@ -7,23 +7,26 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results import CorruptRecord, ResultStore, check_record, read_record
+from ..results import CorruptRecord, ResultStore, UnreadableRecord
 from .origins import METHOD_PAPERS
 
 
 class PublishError(ValueError):
     """What stops a publish or a push, in one line that names the fix."""
 
+
 @dataclass
 class Run:
     """What a card is written from: the run's record (None for a run trained outside a results store, with only its
-    summary.json), its model folder, and the records of the same configuration with other seeds."""
+    summary.json), its model folder, the records of the same configuration with other seeds, and the data folder
+    whose STS gold scores its per-pair cosines are correlated with."""
 
     model_dir: Path
     config: dict
     record: dict | None
     summary: dict | None
     seeds: list[dict]
+    data_dir: str | None = None
 
     @property
     def profile(self) -> str:
@@ -37,6 +40,12 @@ class Run:
     def method(self) -> str:
         return self.config["method"]
 
+    @property
+    def method_source(self) -> str | None:
+        """The digest of a researcher's method's source that trained it (its record's, else its summary.json's);
+        None for the kit's own methods and a run trained before the kit stored it."""
+        return (self.record or self.summary or {}).get("method_source")
+
 
 def _is_key(text: str) -> bool:
     return len(text) == 20 and all(c in "0123456789abcdef" for c in text)
@@ -48,7 +57,7 @@ def find_run(target: str, results_dir=None) -> Run:
     store = ResultStore(results_dir)
     path = Path(target).expanduser()
     if not path.exists() and _is_key(target):
-        record = _load(store.record_path(target), target)
+        record = stored_record(store, target)
         if record is None:
             raise PublishError(f"no record {target} in the results store {store.root} (--results-dir names another "
                                "store)")
@@ -56,13 +65,12 @@ def find_run(target: str, results_dir=None) -> Run:
     if not path.is_dir():
         raise PublishError(f"{target} is neither a folder nor a record key of the results store {store.root}: give "
                            "a run folder, its model folder, or a record key (a notebook's table has one per run)")
+    found = ResultStore.of_run_dir(path)  # a results store's run, wherever the store is
+    if found is not None:
+        run_store, key = found
+        return _from_record(run_store, stored_record(run_store, key))
     path = path.resolve()
     run_dir = path.parent if path.name == "model" else path
-    if run_dir.parent.name == "runs" and _is_key(run_dir.name):  # a results store's run, wherever the store is
-        root = run_dir.parent.parent
-        record = _load(root / "records" / f"{run_dir.name}.json", run_dir.name)
-        if record is not None:
-            return _from_record(ResultStore(root), record)
     summary_path = run_dir / "summary.json"
     if (run_dir / "model").is_dir() and summary_path.is_file():
         summary = json.loads(summary_path.read_text())
@@ -71,15 +79,13 @@ def find_run(target: str, results_dir=None) -> Run:
                        "model/), a results store's runs/<key>, or a record key")
 
 
-def _load(path: Path, key: str) -> dict | None:
-    if not path.is_file():
-        return None
-    record = read_record(path)
+def stored_record(store: ResultStore, key: str) -> dict | None:
+    """The store's checked record of key, None where it has none; a damaged one is a PublishError."""
     try:
-        check_record(record, key)
-    except CorruptRecord as err:
-        raise PublishError(f"record {path} is damaged ({err}): run its notebook again to recompute it") from None
-    return record
+        return store.read(key)
+    except (CorruptRecord, UnreadableRecord) as err:
+        raise PublishError(f"record {key} of the results store {store.root} is damaged ({err}): run its notebook "
+                           "again to recompute it") from None
 
 
 def _from_record(store: ResultStore, record: dict) -> Run:
@@ -90,27 +96,14 @@ def _from_record(store: ResultStore, record: dict) -> Run:
     if not model_dir.is_dir():
         raise PublishError(f"the model of record {record['key']} is gone ({model_dir}): run its notebook again with "
                            "force=True to retrain it")
-    return Run(model_dir, record["config"], record, None, same_configuration(store, record))
+    return Run(model_dir, record["config"], record, None, store.same_configuration(record), _gold_dir(store, record))
 
 
-def same_configuration(store: ResultStore, record: dict) -> list[dict]:
-    """The store's records of record's configuration under every seed it holds (record among them), computed by the
-    same code on the same data and evaluation protocol, by seed."""
-    def what(r):
-        subject = {k: v for k, v in r["subject"].items() if k != "seed"}
-        return (json.dumps(subject, sort_keys=True), r.get("code_version"), r.get("data_checksums"),
-                bool(r.get("evaluation_amp")))
-
-    found = {record["seed"]: record}
-    for path in sorted((store.root / "records").glob("*.json")):
-        try:
-            other = read_record(path)
-            check_record(other, path.stem)
-        except (ValueError, OSError):
-            continue
-        if other.get("subject", {}).get("kind") == "trained" and what(other) == what(record):
-            found.setdefault(other["seed"], other)
-    return [found[seed] for seed in sorted(found)]
+def _gold_dir(store: ResultStore, record: dict) -> str:
+    """Where the gold scores of the record's STS test pairs are: the data folder it was evaluated with, else (a store
+    copied from another machine) the store's, $CSE_KIT_DATA or data/."""
+    given = record["config"].get("data_dir")
+    return given if given and Path(given).is_dir() else store.data_dir
 
 
 def model_name(run: Run, repo_id: str | None) -> str:

@@ -653,6 +653,8 @@ class _Training:
 
     def finish(self) -> dict:
         """The run's summary, written to summary.json; the checkpoint removed unless keep_checkpoint."""
+        from ..methods.registry import method_class, method_digest
+
         accelerator, cfg, state = self.accelerator, self.cfg, self.state
         summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"],
                    "best_step": state["best_step"], "stopped_early": state["stopped_early"],
@@ -661,7 +663,8 @@ class _Training:
                    "mixed_precision": accelerator.mixed_precision,
                    "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
                    "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
-                   **_peak_memory(accelerator)}
+                   # which version of a researcher's method trained it (None: the kit's own), as a record says
+                   "method_source": method_digest(method_class(cfg.method)), **_peak_memory(accelerator)}
         if accelerator.is_main_process:
             write_json_atomic(self.run / "summary.json", summary)
             if not cfg.keep_checkpoint:  # a finished run needs only its best model (a DiffCSE cpu run's was 611 MB)
