@@ -407,7 +407,7 @@ def add_publish(sub) -> None:
 
 def cmd_publish(args) -> int:
     """The published folder of a run (cse_kit.publish), and with --push its upload to the Hub."""
-    from .publish import PublishError, publish, push
+    from .publish import PublishError, publish, push, push_command
 
     _check_results_dir(args.results_dir)
     if args.push and not args.repo_id:
@@ -424,7 +424,8 @@ def cmd_publish(args) -> int:
             return 2
         print(f"published {args.repo_id}{' (private)' if args.private else ''}: {url}")
     elif args.repo_id:
-        print(f"push it: cse-kit publish {args.run} --out {args.out} --repo-id {args.repo_id} --push")
+        print("push it: " + push_command(args.run, args.out, repo_id=args.repo_id, results_dir=args.results_dir,
+                                         license=args.license, st=not args.no_st, private=args.private))
     return 0
 
 

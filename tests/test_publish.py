@@ -412,9 +412,12 @@ def test_the_push_command_keeps_every_option_given():
 def test_the_push_uploads_the_folder_in_one_commit_to_the_hub_api(store, hub, tmp_path):
     s, records = store
     out = tmp_path / "pushed"
-    command = pub.push_command(records["diffcse"]["key"], out, repo_id="my-org/diffcse-smoke", results_dir=s.root,
-                               private=True)
-    done = cse_kit(shlex.split(command)[1:],  # the command a publish without --push gives to push it
+    written = cse_kit(["publish", records["diffcse"]["key"], "--out", str(out), "--repo-id", "my-org/diffcse-smoke",
+                       "--results-dir", str(s.root), "--private"])
+    [command] = [line.removeprefix("push it: ") for line in written.stdout.splitlines() if line.startswith("push it")]
+    assert command == pub.push_command(records["diffcse"]["key"], out, repo_id="my-org/diffcse-smoke",
+                                       results_dir=s.root, private=True)
+    done = cse_kit(shlex.split(command)[1:],  # the command a publish without --push printed to push it, as printed
                    HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_test_token", HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"published my-org/diffcse-smoke (private): {hub.endpoint}/my-org/diffcse-smoke/commit/{'a' * 40}" in \

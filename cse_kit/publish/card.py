@@ -8,7 +8,7 @@ import math
 
 from ..data.published import PAPERS, paper_spec
 from ..experiments import PROFILE_NOTES, STS_COLUMNS, TRANSFER_COLUMNS
-from ..train.config import OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig
+from ..train.config import NOT_COMPUTING, OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig
 from ..train.export import ST_POOLING
 from ..train.presets import PRECISION_WORDS
 from .mteb_results import embed_dim, mteb_revision
@@ -39,7 +39,7 @@ def differences(run: Run) -> tuple[dict, dict]:
 
     if run.preset not in PRESETS:
         return {}, {}
-    ignored = ("output_dir", "data_dir", "log_with", "seed", "profile", "extra")
+    ignored = (*NOT_COMPUTING, "seed", "profile")  # what computes nothing, and what the card says apart
     config = {k: v for k, v in run.config.items() if k not in ignored}
     try:
         preset = build_config(run.preset, run.profile, {"seed": run.config.get("seed", 42)}).to_dict()
