@@ -328,9 +328,7 @@ def time_dev(objective, cfg, tokenizer, device, args) -> dict:
     """Seconds of one dev evaluation as the loop runs it (its test model, pooler and sets), after a warm-up call on
     8 pairs, scaled from the first args.dev_pairs pairs of each set when given."""
     from cse_kit.eval import DevEvaluator
-    from cse_kit.train.loop import _test_model
-
-    pooler = getattr(objective, "test_pooler", cfg.pooler)
+    pooler = objective.test_pooler
     dev = DevEvaluator(tokenizer, pooler, args.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                        transfer=cfg.metric == "transfer_devacc", device=device, template=cfg.template)
     full = sum(len(pairs) for pairs in dev.sts.values())
@@ -338,9 +336,9 @@ def time_dev(objective, cfg, tokenizer, device, args) -> dict:
         dev.sts = {name: pairs[:args.dev_pairs] for name, pairs in dev.sts.items()}
     timed = sum(len(pairs) for pairs in dev.sts.values())
     sets, dev.sts = dev.sts, {name: pairs[:8] for name, pairs in dev.sts.items()}
-    dev(_test_model(objective))  # warm-up on 8 pairs: the first call's one-off costs are not an evaluation's
+    dev(objective.test_model()[0])  # warm-up on 8 pairs: the first call's one-off costs are not an evaluation's
     dev.sts = sets
-    seconds = dev(_test_model(objective))["seconds"]
+    seconds = dev(objective.test_model()[0])["seconds"]
     objective.train()
     return {"seconds": seconds * full / timed, "pairs": timed, "of": full}
 
@@ -428,7 +426,7 @@ def measure_method(key: str, args, tokenizer, device, precision: str | None = No
     cfg, objective = build_method(key, args, tokenizer, precision)
     objective.to(device)
     batches = method_batches(cfg, tokenizer, args)
-    two_stage = hasattr(objective, "stage1_parameters")
+    two_stage = objective.two_stages
     stepper = Stepper(objective, cfg, device, stage=2 if two_stage else None)
     main = time_steps(stepper, batches, args.steps, args.warmup)
     if args.profile:

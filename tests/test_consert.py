@@ -216,11 +216,12 @@ def test_the_adversarial_view_moves_each_token_by_noise_norm(tiny):
     torch.testing.assert_close(norms, torch.full_like(norms, 0.5))
 
 
-def test_sentence_embeddings_are_the_unaugmented_training_vectors(tiny):
+def test_the_training_vectors_are_the_unaugmented_ones(tiny):
     tokenizer, encoder, ids, mask = tiny
     kit = ConSERT(encoder, augmentations=(("token_cutoff", 0.5), ("shuffle", 0.0)))
     with torch.no_grad():
-        got = kit.sentence_embeddings(torch.stack([ids, ids.flip(0)], 1), torch.stack([mask, mask.flip(0)], 1))
+        got = kit.embed({"input_ids": torch.stack([ids, ids.flip(0)], 1),
+                         "attention_mask": torch.stack([mask, mask.flip(0)], 1)})
         hidden = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
     mean = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
     assert got.shape == (len(ids), 2, encoder.config.hidden_size)

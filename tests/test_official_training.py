@@ -346,8 +346,7 @@ def test_one_cached_process_steps_as_the_official_multi_process_runs(official):
     rerandomize(simcse.projector, 30, 0.4)
     columns = [tokenizer(list(c), padding="max_length", max_length=16, return_tensors="pt") for c in zip(*NLI)]
     triplets = {k: torch.stack([c[k] for c in columns], 1) for k in ("input_ids", "attention_mask")}
-    want_simcse = _official_gradient(simcse, triplets, 4, lambda b: simcse.projector(simcse.pool_views(b))
-                                     .view(len(b["input_ids"]), 3, -1))
+    want_simcse = _official_gradient(simcse, triplets, 4, simcse.embed)
     for chunk in (2, 3):
         _close(_cached_kit_gradient(diffaug, semi, chunk), want_diffaug, f"DiffAug semi-aux, chunks of {chunk}")
         _close(_cached_kit_gradient(promptbert, sup, chunk), want_promptbert, f"PromptBERT sup, chunks of {chunk}")
@@ -544,7 +543,7 @@ def test_each_official_optimizer_decays_the_parameters_its_trainer_decayed(data_
     rule = OFFICIAL_DECAY[preset]
     named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]  # as the loop builds it
     sets = [named]
-    if hasattr(objective, "stage1_parameters"):
+    if objective.two_stages:
         stage1 = {id(p) for p in objective.stage1_parameters()}
         sets.append([(n, p) for n, p in named if id(p) in stage1])
     for subset in sets:

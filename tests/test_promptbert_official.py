@@ -473,7 +473,7 @@ def test_gradients(backbone):
 
 
 @pytest.mark.parametrize("supervised", [False, True], ids=["unsup", "sup"])
-def test_sentence_embeddings_are_the_first_templates_training_vectors(backbone, supervised):
+def test_the_training_vectors_are_the_first_templates(backbone, supervised):
     """What the semi-supervised NLI head reads: every view in the first template, denoised, through the head; the
     official forward with one template (the supervised scripts') computes it."""
     name, tokenizer, _ = backbone
@@ -482,9 +482,9 @@ def test_sentence_embeddings_are_the_first_templates_training_vectors(backbone, 
     official.org_mlp = supervised and name == "bert"
     batch = kit_batch(tokenizer, kit.template, SUP)
     with torch.no_grad():
-        got = kit.sentence_embeddings(batch["input_ids"], batch["attention_mask"])
+        got = kit.embed(batch)
         _, want = official.cl_forward(*official.features(SUP))
-    _close(got, want, what=f"{name} sentence_embeddings")
+    _close(got, want, what=f"{name} embed")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_joint_adds_alpha_times_the_nli_loss_to_the_method_s_loss(tiny_bert):
              "attention_mask": ids["attention_mask"][:, None].expand(-1, 2, -1),
              "nli_input_ids": ids["input_ids"][None], "nli_attention_mask": ids["attention_mask"][None]}
     out = objective(batch)
-    z = inner.sentence_embeddings(batch["nli_input_ids"], batch["nli_attention_mask"])
+    z = inner.embed({"input_ids": batch["nli_input_ids"], "attention_mask": batch["nli_attention_mask"]})
     assert torch.allclose(out["loss"], inner(batch)["loss"] + 0.3 * nli_cross_entropy(objective.classifier, z))
     assert objective.test_model()[1] == inner.test_pooler
     objective.stage = 1

@@ -1,7 +1,7 @@
-"""Training objectives. Each method is an nn.Module that owns its training-only parts (projector, generator,
-discriminator, heads); `.encoder` is the plain Hugging Face model that gets exported. Every method, the kit's and a
-researcher's, is registered by name (`@register("name")`, cse_kit.methods.registry) and built from the training
-configuration (`from_config`); `Objective` is the base of a method of one's own (docs/extending.md)."""
+"""Training objectives. Each method is an `Objective` (the one protocol the training loop calls) that owns its
+training-only parts (projector, generator, discriminator, heads); `.encoder` is the plain Hugging Face model that gets
+exported. Every method, the kit's and a researcher's, is registered by name (`@register("name")`,
+cse_kit.methods.registry) and built from the training configuration (`from_config`) (docs/extending.md)."""
 
 from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
 from .consert import ConSERT

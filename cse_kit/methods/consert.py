@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..eval.encode import check_pooler, pool
+from ..eval.encode import check_pooler, pooled_output
 from .contrastive import gather_with_grad
+from .objective import Objective
 from .registry import register
 
 #: augmentation -> what it does to one view (official transformers/modeling_bert.py of yym6472/ConSERT)
@@ -95,7 +96,6 @@ VARIANTS = {
                       "dropout_aug": "exact", "shuffle_positions": "from_zero", "test_truncation": "max_seq_length",
                       "dev_pooler": "training"},
 }
-LAYER_POOLERS = ("avg_top2", "avg_first_last", "avg_emb_last")
 
 
 def resolve_choices(cfg) -> dict:
@@ -145,9 +145,11 @@ def count(n: torch.Tensor, rate: float) -> torch.Tensor:
 
 
 @register("consert")
-class ConSERT(nn.Module):
+class ConSERT(Objective):
     """Batches: `input_ids` / `attention_mask` (rows, views, length). Unsupervised: 2 views of a corpus sentence
-    (the same ids; the augmentations make the views). Supervised: 3 views (anchor, entailment, contradiction)."""
+    (the same ids; the augmentations make the views). Supervised: 3 views (anchor, entailment, contradiction).
+    ConSERT's own: the augmented views, NT-Xent, no projector, and a test (and dev) pooler other than the training
+    one."""
 
     def __init__(self, encoder: nn.Module, *, augmentations=(("feature_cutoff", 0.2), ("shuffle", 0.0)),
                  supervision: str = "none", temp: float = 0.1, cl_rate: float = 0.15, noise_norm: float = 0.01,
@@ -155,7 +157,7 @@ class ConSERT(nn.Module):
                  unsup_scale: str = "scaled", nli_features: str = "sbert+max_square", dropout_aug: str = "exact",
                  shuffle_positions: str = "from_zero", test_max_length: int | None = None,
                  dev_pooler: str | None = None):
-        super().__init__()
+        super().__init__(encoder, pooler=pooler, projector=None, temp=temp)
         for name, value in (("cl_reduction", cl_reduction), ("unsup_scale", unsup_scale),
                             ("nli_features", nli_features), ("dropout_aug", dropout_aug),
                             ("shuffle_positions", shuffle_positions)):
@@ -174,12 +176,10 @@ class ConSERT(nn.Module):
                                  "supervision='joint'")
         if not hasattr(encoder, "embeddings"):
             raise ValueError(f"{type(encoder).__name__} has no `embeddings` module, where ConSERT's augmentations act")
-        self.encoder = encoder
         self.augmentations = tuple((kind, float(rate)) for kind, rate in augmentations)
-        self.supervision, self.temp, self.cl_rate, self.noise_norm = supervision, temp, cl_rate, noise_norm
-        self.pooler, self.test_pooler = check_pooler(pooler), check_pooler(test_pooler)
-        # the vector that selects the checkpoint, and the length test sentences are cut at (None: whole)
-        self.dev_pooler = check_pooler(dev_pooler or test_pooler)
+        self.supervision, self.cl_rate, self.noise_norm = supervision, cl_rate, noise_norm
+        # the evaluated vector, the vector that selects the checkpoint, and the length test sentences are cut at
+        self._test_pooler, self._dev_pooler = check_pooler(test_pooler), check_pooler(dev_pooler or test_pooler)
         self.test_max_length = test_max_length
         self.cl_reduction, self.unsup_scale, self.nli_features = cl_reduction, unsup_scale, nli_features
         self.dropout_aug, self.shuffle_positions = dropout_aug, shuffle_positions
@@ -199,8 +199,13 @@ class ConSERT(nn.Module):
                    test_max_length=cfg.max_seq_length if truncation == "max_seq_length" else None,
                    dev_pooler=cfg.pooler if dev == "training" else None)
 
-    def test_model(self) -> tuple[nn.Module, str]:
-        return self.encoder, self.test_pooler
+    @property
+    def test_pooler(self) -> str:
+        return self._test_pooler
+
+    @property
+    def dev_pooler(self) -> str:
+        return self._dev_pooler
 
     # --- views -------------------------------------------------------------------------------------------------
 
@@ -256,18 +261,17 @@ class ConSERT(nn.Module):
         edits = view.cut is not None or view.embeddings is not None or keep_embeddings is not None
         hook = self.encoder.embeddings.register_forward_hook(edit) if edits else None
         try:
-            outputs = self.encoder(input_ids=view.input_ids, attention_mask=view.attention_mask,
-                                   position_ids=view.position_ids,
-                                   output_hidden_states=self.pooler in LAYER_POOLERS)
+            return pooled_output(self.encoder, self.pooler, view.pool_mask, input_ids=view.input_ids,
+                                 attention_mask=view.attention_mask, position_ids=view.position_ids)
         finally:
             if hook is not None:
                 hook.remove()
-        return pool(outputs, view.pool_mask, self.pooler)
 
-    def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def embed(self, batch: dict) -> torch.Tensor:
         """(rows, views, hidden): each view's training vector without augmentation, the encoder in its current mode
         (what the semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
-        ids, mask = input_ids.flatten(0, 1), attention_mask.flatten(0, 1)
+        input_ids = batch["input_ids"]
+        ids, mask = input_ids.flatten(0, 1), batch["attention_mask"].flatten(0, 1)
         return self.encode(View(ids, mask, mask)).view(*input_ids.shape[:2], -1)
 
     # --- losses ------------------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ training-only MLP, as the official scripts (`--apply_template_delta_train --mlp_
 halves of one table of 2l positions, chosen per row by the attention mask (diffaug/models.py:194-229); at test time
 every row attends all 2l, without dropout, denoising or MLP (models.py:374-399, evaluation.py:63-94).
 
-The loop (cse_kit.train.loop) runs the stages: it sets `stage`, steps `stage1_parameters()` with their own optimizer
-in stage 1 and everything in stage 2, and feeds NLI rows as `nli_input_ids` / `nli_attention_mask`.
+The loop (cse_kit.train.loop) runs the stages (`two_stages`, cse_kit.methods.Objective): it sets `stage`, steps
+`stage1_parameters()` with their own optimizer in stage 1 and everything in stage 2, and feeds NLI rows as
+`nli_input_ids` / `nli_attention_mask`.
 
 Table 3's variants (§4.4, Appendix F) are settings. `prefix_mode`: "different" (DiffAug), "same" (every row attends
 the whole table of 2l positions: one prefix for both views, the same 0.3% of parameters, and training attends what
@@ -28,6 +29,7 @@ from ..models.adapters import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, 
                             merged_lora_average)
 from ..models.prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
+from .objective import Objective
 from .registry import register
 from .semi import nli_cross_entropy
 
@@ -46,16 +48,18 @@ PREFIX_MODES = ("different", "same", "fix", "tuning")
 
 
 @register("diffaug")
-class DiffAug(nn.Module):
+class DiffAug(Objective):
     """Batches: stage 2 `input_ids` / `attention_mask` (batch, views, length) of templated ids, 2 views (the sentence
     twice: semi-supervised) or 3 (anchor, entailment, contradiction: supervised); `nli_*` (batch, 3, length) NLI
-    triplets for stage 1 and the auxiliary loss."""
+    triplets for stage 1 and the auxiliary loss. DiffAug's own: two stages (the first trains the prefixes and the
+    classifier), the two prefix views, and the test model that attends both prefixes."""
+
+    two_stages = True
 
     def __init__(self, encoder: nn.Module, tokenizer, *, prefix_len: int = 8, temp: float = 0.05,
                  aux_weight: float = 0.0, denoise: bool = True, mlp: bool = True, template: str = PROMPTBERT_BERT,
                  denoise_offset: str = "sentence", stage1_clip: str = "trained", augmentation_module: str = "prefix",
                  module_rank: int = 4, prefix_mode: str = "different", official_processes: int = 1):
-        super().__init__()
         for name, value, choices in (("denoise_offset", denoise_offset, CHOICES["denoise_offset"]),
                                      ("stage1_clip", stage1_clip, CHOICES["stage1_clip"]),
                                      ("augmentation_module", augmentation_module, MODULES),
@@ -67,9 +71,10 @@ class DiffAug(nn.Module):
         if prefix_mode != "different" and augmentation_module != "prefix":
             raise ValueError(f"prefix_mode {prefix_mode!r} is a prefix variant: use augmentation_module=prefix")
         config = encoder.config
-        self.encoder = encoder
+        # read at the template's [MASK] in training and test, through its own MLP (below), not a training projector
+        super().__init__(encoder, pooler="prompt_mask", projector=None, temp=temp, tokenizer=tokenizer)
         self.template = Template(tokenizer, template)
-        self.prefix_len, self.temp, self.aux_weight = prefix_len, temp, aux_weight
+        self.prefix_len, self.aux_weight = prefix_len, aux_weight
         self.denoise, self.denoise_offset, self.stage1_clip = denoise, denoise_offset, stage1_clip
         self.augmentation_module, self.prefix_mode = augmentation_module, prefix_mode
         init_std = getattr(config, "initializer_range", 0.02)
@@ -89,7 +94,6 @@ class DiffAug(nn.Module):
             self.encoder.requires_grad_(False)
         self.mlp = init_like_official(MLPProjector(config.hidden_size), init_std) if mlp else nn.Identity()
         self.classifier = init_like_official(nn.Linear(3 * config.hidden_size, 2), init_std)
-        self.stage = 2
         self.official_processes = official_processes  # the official run's process count (official_share)
 
     @classmethod
@@ -221,11 +225,17 @@ class DiffAug(nn.Module):
     def contrastive_loss(self, batch: dict) -> torch.Tensor:
         return self.views_loss(self.encode(batch["input_ids"], batch["attention_mask"]), batch["attention_mask"])
 
+    def vectors(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Stage 2's training vectors of the views' [MASK] states: denoised and through the MLP."""
+        return self.mlp(self.denoised(pooled, attention_mask) if self.denoise else pooled)
+
+    def embed(self, batch: dict) -> torch.Tensor:
+        """(rows, views, hidden): stage 2's training vector of each view (view 0 through θ1, the others through θ2)."""
+        return self.vectors(self.encode(batch["input_ids"], batch["attention_mask"]), batch["attention_mask"])
+
     def views_loss(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """InfoNCE of the views' [MASK] states, denoised and through the MLP."""
-        if self.denoise:
-            pooled = self.denoised(pooled, attention_mask)
-        z = self.mlp(pooled)
+        z = self.vectors(pooled, attention_mask)
         return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if z.shape[1] == 3 else None)
 
     @staticmethod
@@ -285,5 +295,3 @@ class DiffAug(nn.Module):
         with torch.no_grad():
             table = self.prefix_encoder()
         return PrefixedEncoder(self.encoder, table), self.test_pooler
-
-    test_pooler = "prompt_mask"

@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from ..eval.encode import pooled_output
 from .contrastive import gather_with_grad, info_nce
 from .diffcse import generator_head_input
 from .registry import register
@@ -261,13 +262,9 @@ class ESimCSE(SimCSE):
         """The momentum encoder's embedding of the original sentences through the online projector (in eval mode,
         as the official code's model.eval()), gathered from every process in rank order. `chunk`: that many rows
         at a time (gradient caching: no dropout and no graph here, so chunks change nothing but the memory)."""
-        from ..eval.encode import pool
-
-        hidden_states = self.pooler in ("avg_top2", "avg_first_last", "avg_emb_last")
-        pooled = []
-        for ids, mask in zip(input_ids.split(chunk or len(input_ids)), attention_mask.split(chunk or len(input_ids))):
-            outputs = self.momentum_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=hidden_states)
-            pooled.append(pool(outputs, mask, self.pooler))
+        pooled = [pooled_output(self.momentum_encoder, self.pooler, input_ids=ids, attention_mask=mask)
+                  for ids, mask in zip(input_ids.split(chunk or len(input_ids)),
+                                       attention_mask.split(chunk or len(input_ids)))]
         projector_mode = self.projector.training
         self.projector.eval()
         try:

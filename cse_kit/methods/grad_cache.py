@@ -2,7 +2,7 @@
 the full batch's loss and gradients computed in memory-sized chunks of rows, so a contrastive loss keeps the papers'
 negatives on a small device.
 
-A method that can be cached splits its step in three (the `Cacheable` protocol):
+A method that can be cached splits its step in three (hooks of cse_kit.methods.Objective):
 - `cache_inputs(batch)`: every random draw that is not the encoder's own dropout, made once for the whole batch
   (DiffCSE's masks and generator, ESimCSE's repetitions, ConSERT's cut-offs), as {stream: the rows' inputs}: the
   main batch, and for an auxiliary loss the NLI triplets, each cut into chunks on its own; "shared": what only the
@@ -88,15 +88,8 @@ def backward_with(scale: Callable[[torch.Tensor], torch.Tensor] | None, weight: 
 
 
 def refusal(objective) -> str | None:
-    """Why `objective` cannot take a cached step (one line), or None. A semi-supervised strategy caches what its
-    method caches."""
-    inner = getattr(objective, "inner", None)
-    if inner is not None:
-        return refusal(inner)
-    if not hasattr(objective, "cache_inputs"):
-        return (f"grad_cache: {getattr(objective, 'method', type(objective).__name__)} has no cached step "
-                "(cache_inputs / cache_encode / cache_loss); train it with grad_cache=0")
-    reason = objective.cache_refusal() if hasattr(objective, "cache_refusal") else None
+    """Why `objective` (an Objective) cannot take a cached step, in one line with the fix, or None."""
+    reason = objective.cache_refusal()
     return f"grad_cache: {reason}; train it with grad_cache=0" if reason else None
 
 

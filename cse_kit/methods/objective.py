@@ -1,5 +1,6 @@
-"""The base class of a researcher's own method: the encoder, the training pooler and projector, two-view batches
-and the kit's InfoNCE, so an objective is its loss. Subclass it, write `loss` (or `forward`), declare its
+"""The base class of every method, the kit's seven and a researcher's own, and the one protocol between a method and
+the training loop (each hook declared with its default): the encoder, the training pooler and projector, two-view
+batches and the kit's InfoNCE, so an objective is its loss. Subclass it, write `loss` (or `forward`), declare its
 hyper-parameters as an `Options` dataclass, and register it (docs/extending.md):
 
     @register("my-simcse")
@@ -18,12 +19,11 @@ import typing
 import torch
 from torch import nn
 
-from ..eval.encode import check_pooler, pool
+from ..eval.encode import check_pooler, pooled_output
+from ..eval.prompt import PromptReading
 from .contrastive import gather_with_grad, info_nce, projector_for
-from .registry import MethodError
+from .errors import MethodError
 
-#: the poolers that read more than the last layer (the encoder must return its hidden states)
-ALL_LAYER_POOLERS = ("avg_top2", "avg_first_last", "avg_emb_last")
 _ID_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -59,8 +59,7 @@ def _parse_option(method: str, name: str, kind, value):
 def resolve_options(cls: type, given: dict) -> dict:
     """Every option of method `cls` (its Options dataclass), the given ones parsed and validated over the defaults;
     one line naming the allowed options for an unknown one, and the dataclass's own check's words for a bad value."""
-    method = getattr(cls, "method", cls.__name__)
-    options_class = getattr(cls, "Options", None)
+    method, options_class = cls.method or cls.__name__, cls.Options
     if options_class is None:
         if given:
             raise MethodError(f"method {method} takes no options (got {', '.join(given)})" + (
@@ -80,24 +79,43 @@ def resolve_options(cls: type, given: dict) -> dict:
 
 
 class Objective(nn.Module):
-    """A contrastive objective around `encoder` (the plain Hugging Face model that is exported). Batches hold
-    input_ids / attention_mask (/ token_type_ids) of shape (rows, views, length): a corpus gives each sentence twice
-    (two dropout views), NLI triplets give (anchor, entailment, contradiction). `self.options` is the Options
-    dataclass's instance, `self.temp` the run's temperature, `self.pooler` its pooler, `self.projector` its training
-    projector (`--set projector=mlp|batchnorm|none`), `self.tokenizer` the model's tokenizer."""
+    """A contrastive objective around `encoder` (the plain Hugging Face model that is exported), and the one protocol
+    between a method and the training loop: every hook the loop and the results store call is declared here, with
+    the default a one-stage method evaluated with its training pooler takes; a method overrides what makes it that
+    method. Batches hold input_ids / attention_mask (/ token_type_ids) of shape (rows, views, length): a corpus gives
+    each sentence twice (two dropout views), NLI triplets give (anchor, entailment, contradiction). `self.options` is
+    the Options dataclass's instance, `self.temp` the run's temperature, `self.pooler` its pooler, `self.projector`
+    its training projector (`--set projector=mlp|batchnorm|none`), `self.tokenizer` the model's tokenizer."""
 
     #: a dataclass of the method's hyper-parameters (defaults and a __post_init__ check), or None
     Options = None
     method = None  # set by @register
+    #: the paper the method reproduces or comes from (its title), for the published model card; None: none
+    paper: str | None = None
+    #: its BibTeX entry, cited on the published model card; None: none
+    citation: str | None = None
+    #: whether a first stage trains `stage1_parameters()` for `stage1_steps` steps (on NLI batches, at `stage1_lr`,
+    #: with an optimizer of its own) before the main stage trains every parameter
+    two_stages = False
+    #: whether the first stage's linear schedule decays over its own steps (a run of its own, as ConSERT's sup-sbert)
+    #: rather than over the main stage's (DiffAug's trainer)
+    stage1_own_schedule = False
+    #: the stage being trained, 1 or 2 (the main stage): set by the loop before each step of a two-stage method
+    stage = 2
+    #: the length test and dev sentences are cut at (ConSERT's official evaluation); None: whole, as SentEval
+    test_max_length: int | None = None
 
-    def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str = "mlp",
+    def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str | None = "mlp",
                  temp: float = 0.05, options=None, tokenizer=None):
+        """projector None: the method's own heads stand in for a training projector (`project` and the default
+        `embed` are then its to write)."""
         super().__init__()
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.pooler = check_pooler(pooler)
         self.temp = temp
-        self.projector = projector_for(projector, encoder)
+        if projector is not None:
+            self.projector = projector_for(projector, encoder)
         self.options = options
 
     @classmethod
@@ -107,9 +125,52 @@ class Objective(nn.Module):
         return cls(encoder, pooler=cfg.pooler, projector=cfg.projector, temp=cfg.temp, options=options,
                    tokenizer=tokenizer)
 
+    # --- what is evaluated, exported, and selects the checkpoint ---
+
+    @property
+    def test_pooler(self) -> str:
+        """The pooler the test model is read with (and that cse_kit.json states): the training pooler."""
+        return self.pooler
+
     def test_model(self) -> tuple[nn.Module, str]:
-        """(model, pooler) evaluated and exported: the bare encoder with the training pooler."""
-        return self.encoder, self.pooler
+        """(model, pooler) evaluated and exported: the bare encoder with the test pooler."""
+        return self.encoder, self.test_pooler
+
+    def test_reading(self) -> PromptReading | None:
+        """How a prompt pooler reads the exported model (its cse_kit.json's "prompt", with a trained head's weights
+        beside it); None: the run's template as it is."""
+        return None
+
+    @property
+    def dev_pooler(self) -> str:
+        """The pooler of the vector that selects the checkpoint: the test pooler."""
+        return self.test_pooler
+
+    def dev_reading(self) -> tuple[str, str | PromptReading | None]:
+        """(pooler, template or reading) of the dev vector that selects the checkpoint; a template of None is the
+        run's own."""
+        return self.dev_pooler, None
+
+    # --- stages, their parameters and schedules ---
+
+    def learning_rates(self) -> dict[str, float]:
+        """{parameter name (as named_parameters gives it): its own learning rate} for the method's own trainable
+        parts that train at another rate than the run's lr (a learned temperature, say); the main stage's schedule
+        scales them too. Every other trainable parameter takes the run's lr."""
+        return {}
+
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        """What the first stage of a `two_stages` method trains: every parameter."""
+        return list(self.parameters())
+
+    def clipped_parameters(self) -> list[nn.Parameter]:
+        """Whose gradient norm a step of a `two_stages` method clips to max_grad_norm: every parameter."""
+        return list(self.parameters())
+
+    def stage1_state(self) -> dict[str, torch.Tensor]:
+        """What a `two_stages` method keeps of its first stage in the run folder (stage1.safetensors, and its
+        snapshots), beside the checkpoints: nothing."""
+        return {}
 
     # --- what a method uses ---
 
@@ -118,15 +179,15 @@ class Objective(nn.Module):
         mask)."""
         rows, views = batch["input_ids"].shape[:2]
         flat = {k: v.flatten(0, 1) for k, v in batch.items() if k in _ID_KEYS}
-        outputs = self.encoder(**flat, output_hidden_states=self.pooler in ALL_LAYER_POOLERS)
-        return pool(outputs, flat["attention_mask"], self.pooler).view(rows, views, -1)
+        return pooled_output(self.encoder, self.pooler, **flat).view(rows, views, -1)
 
     def project(self, pooled: torch.Tensor) -> torch.Tensor:
         """The projector over every view at once (BatchNorm's statistics are the whole batch's)."""
         return self.projector(pooled.flatten(0, 1)).view(pooled.shape)
 
     def embed(self, batch: dict) -> torch.Tensor:
-        """(rows, views, hidden): each view's training vector, the pooled output through the projector."""
+        """(rows, views, hidden): each view's training sentence vector, the pooled output through the projector
+        (what the semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
         return self.project(self.pooled(batch))
 
     @staticmethod
@@ -158,19 +219,25 @@ class Objective(nn.Module):
             raise MethodError("a method's loss returns a tensor or a dict with 'loss'")
         return {k: (v if k == "loss" else v.detach() if torch.is_tensor(v) else v) for k, v in out.items()}
 
-    # --- gradient caching (cse_kit.methods.grad_cache): the encoder chunk by chunk, `loss` on the whole batch ---
+    # --- gradient caching (cse_kit.methods.grad_cache): the encoder chunk by chunk, the loss on the whole batch. The
+    # defaults cache a method that writes `loss`; one that writes `forward` writes these too, or is refused ---
 
     def cache_refusal(self) -> str | None:
-        if type(self).loss is Objective.loss:
+        """Why this method cannot take a cached step (one line), or None."""
+        if type(self).loss is Objective.loss and type(self).cache_loss is Objective.cache_loss:
             return f"{self.method} writes forward(batch), not loss(z), so its step cannot be split"
         return None
 
     def cache_inputs(self, batch: dict) -> dict:
+        """{stream: its rows' inputs}: every random draw that is not the encoder's own dropout, made once for the
+        whole batch ("shared": what only the loss reads)."""
         return {"main": {k: v for k, v in batch.items() if k in _ID_KEYS}}
 
     def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
+        """The per-row part (the encoder) on one chunk of a stream's rows."""
         return self.pooled(inputs)
 
     def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
+        """(what to backpropagate, the step's outputs) from every row's representation (`reps`, by stream)."""
         out = self._outputs(self.loss(self.project(reps["main"])))
         return out["loss"], out

@@ -23,6 +23,7 @@ from torch import nn
 from ..eval.encode import PROMPT_POOLERS
 from ..eval.prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
+from .objective import Objective
 from .registry import register
 
 #: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
@@ -79,7 +80,7 @@ def bert_mlm_transform(ref: str, data_dir=None) -> nn.Module:
 
 
 @register("promptbert")
-class PromptBERT(nn.Module):
+class PromptBERT(Objective):
     """Batch: input_ids / attention_mask (batch, views, length) of template-wrapped ids: 2 views (the sentence
     twice: unsupervised) or 3 (anchor, entailment, contradiction: supervised). View 0 stays in `template`; with
     `template2` the other views are re-wrapped in it (the official code does so for views 1 and 2:
@@ -89,7 +90,6 @@ class PromptBERT(nn.Module):
                  temp: float = 0.05, denoise: bool = True, mlp: bool = True, mlm_transform: nn.Module | None = None,
                  hard_negative_weight: float = 0.0, pooler: str = "prompt_mask", denoise_positions: str = "sentence",
                  promptbert_test: str = "plain", promptbert_dev: str = "test", official_processes: int = 1):
-        super().__init__()
         for name, value in (("denoise_positions", denoise_positions), ("promptbert_test", promptbert_test),
                             ("promptbert_dev", promptbert_dev)):
             if value not in CHOICES[name]:
@@ -100,10 +100,11 @@ class PromptBERT(nn.Module):
         if mlp and mlm_transform is not None:
             raise ValueError("the official code has one head: the MLM-head transform replaces the MLP "
                              "(models.py:57-61); use projector=none with mlm_transform")
-        self.encoder = encoder
+        # its heads (below) stand in for a training projector
+        super().__init__(encoder, pooler=pooler, projector=None, temp=temp, tokenizer=tokenizer)
         self.template = Template(tokenizer, template)
         self.template2 = Template(tokenizer, template2) if template2 else None
-        self.pad_id, self.temp, self.denoise = tokenizer.pad_token_id, temp, denoise
+        self.pad_id, self.denoise = tokenizer.pad_token_id, denoise
         self.hard_negative_weight = hard_negative_weight
         self.denoise_positions = denoise_positions
         self.position_offset = first_position(encoder) if denoise_positions == "sentence" else 0
@@ -114,7 +115,6 @@ class PromptBERT(nn.Module):
         config = encoder.config
         self.mlp = init_like_official(MLPProjector(config.hidden_size), getattr(config, "initializer_range", 0.02)) \
             if mlp else nn.Identity()
-        self.test_pooler = pooler
         self.official_processes = official_processes  # the official run's process count (official_share)
 
     @classmethod
@@ -181,10 +181,10 @@ class PromptBERT(nn.Module):
             states = torch.cat([s - self.template_states(t, n.flatten()).view_as(s) for s, n, t in parts], 1)
         return self.mlp(states.flatten(0, 1)).view(rows, views, hidden)
 
-    def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def embed(self, batch: dict) -> torch.Tensor:
         """(rows, views, hidden): the vector training represents a sentence by, every view in the first template
         (what the semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
-        return self.vectors(input_ids, attention_mask, second_template=False)
+        return self.vectors(batch["input_ids"], batch["attention_mask"], second_template=False)
 
     @staticmethod
     def check_views(batch: dict) -> None:
@@ -216,11 +216,6 @@ class PromptBERT(nn.Module):
         out = self.views_loss(self.head(reps["main"], inputs["main"]["attention_mask"]))
         return out["loss"], out
 
-    def test_model(self) -> tuple[nn.Module, str]:
-        """The plain encoder, read at the first template's [MASK] (`prompt_mask`, the unsupervised scripts' test) or
-        denoised (`prompt_mask_denoised`, the supervised scripts'), as `test_reading` says."""
-        return self.encoder, self.test_pooler
-
     def _head(self) -> tuple[nn.Module | None, str | None]:
         """The trained head the official evaluation keeps, and its kind (cse_kit.eval.prompt.PROMPT_HEADS), or (None,
         None). The official scripts keep it exactly where they test denoised: the supervised ones (eargs
@@ -235,7 +230,9 @@ class PromptBERT(nn.Module):
         return None, None
 
     def test_reading(self) -> PromptReading:
-        """How the exported encoder is read at test time (cse_kit.json): `paper`, the sentence as given, without a
+        """How the exported encoder (the base's test model: the plain encoder with the training pooler, at the first
+        template's [MASK] as `prompt_mask`, the unsupervised scripts' test, or denoised as `prompt_mask_denoised`, the
+        supervised scripts') is read at test time (cse_kit.json): `paper`, the sentence as given, without a
         head; `official-code`, as evaluation.py with run.sh's eargs (module CHOICES). The denoising's positions are
         the training's."""
         head, kind = self._head() if self.official_test else (None, None)

@@ -15,15 +15,14 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from .errors import MethodError
+from .objective import Objective
+
 PLUGINS_ENV = "CSE_KIT_PLUGINS"
 ENTRY_POINT_GROUP = "cse_kit.methods"
 #: name -> objective class; filled by @register (the kit's own methods register as they are imported)
 METHODS: dict[str, type] = {}
 _loaded: set[str] = set()  # the plugin modules this process has imported
-
-
-class MethodError(ValueError):
-    pass
 
 
 class PluginError(MethodError):
@@ -36,19 +35,20 @@ class PluginError(MethodError):
 
 
 def register(name: str):
-    """Class decorator: train `cls` as `--set method=name`. Registering a name again from the same place (a notebook
+    """Class decorator: train `cls`, a subclass of Objective, as `--set method=name`. Registering a name again from the same place (a notebook
     cell run twice, a module reloaded) replaces it; from another place is refused."""
     if not isinstance(name, str) or not name or any(c in name for c in " =,."):
         raise MethodError(f"a method's name is a non-empty word without spaces, '=', ',' or '.'; got {name!r}")
 
     def add(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, Objective)):
+            raise MethodError(f"{getattr(cls, '__qualname__', cls)} is no cse_kit.methods.Objective, so it has no "
+                              "from_config(cfg, tokenizer, encoder) nor the hooks the training loop calls: subclass "
+                              "Objective")
         old = METHODS.get(name)
         if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
             raise MethodError(f"method {name!r} is already {old.__module__}.{old.__qualname__}; register "
                               f"{cls.__module__}.{cls.__qualname__} under another name")
-        if not callable(getattr(cls, "from_config", None)):
-            raise MethodError(f"{cls.__qualname__} has no from_config(cfg, tokenizer, encoder): subclass "
-                              "cse_kit.methods.Objective, which has one")
         cls.method = name
         METHODS[name] = cls
         return cls

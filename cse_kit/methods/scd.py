@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..eval.encode import check_pooler, pool
+from ..eval.encode import pooled_output
 from .contrastive import gather_with_grad, init_like_official
+from .objective import Objective
 from .registry import register
 
 TERMS = {"both": "L_S + L_C (the method)", "self_contrast": "L_S only (Table 3, 'SCD (L_S)')",
@@ -105,15 +106,16 @@ def off_diagonal(c: torch.Tensor) -> torch.Tensor:
 
 
 @register("scd")
-class SCD(nn.Module):
+class SCD(Objective):
     """Batch: input_ids / attention_mask (/ token_type_ids) of shape (batch, views, length); the views are the same
-    sentence (the data layer duplicates it), and view 0 is encoded once at each rate."""
+    sentence (the data layer duplicates it), and view 0 is encoded once at each rate. SCD's own: the two dropout
+    rates, its wide projector (the decorrelation term's, in place of a training projector) and its two terms."""
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", dropout_low: float = 0.05,
                  dropout_high: float = 0.15, terms: str = "both", self_contrast_weight: float = 1.0,
                  decorrelation_weight: float = 0.005, lam: float = 0.013, temp: float = 1.0,
                  reduction: str = "mean", projector: str = "4096-4096-4096"):
-        super().__init__()
+        super().__init__(encoder, pooler=pooler, projector=None, temp=temp)
         if not 0 <= dropout_low <= dropout_high < 1:
             raise ValueError(f"SCD's dropout rates need 0 <= r_A <= r_B < 1, got r_A={dropout_low}, r_B={dropout_high}")
         if terms not in TERMS:
@@ -122,13 +124,11 @@ class SCD(nn.Module):
             raise ValueError(f"unknown SCD reduction {reduction!r}; choose one of: {', '.join(REDUCTIONS)}")
         if min(self_contrast_weight, decorrelation_weight, lam) < 0 or temp <= 0:
             raise ValueError("SCD's loss weights and lambda must be >= 0 and its temperature > 0")
-        self.encoder = encoder
-        self.pooler = check_pooler(pooler)
         self.sites = dropout_sites(encoder)
         self.rates = (dropout_low, dropout_high)
         self.terms, self.reduction = terms, reduction
         self.self_contrast_weight, self.decorrelation_weight = self_contrast_weight, decorrelation_weight
-        self.lam, self.temp = lam, temp
+        self.lam = lam
         widths = parse_widths(projector)
         if terms != "self_contrast":  # without L_C the projector would be a parameter without gradient (DDP refuses)
             # the official cl_init builds the projector, then init_weights() (scd/models.py:110-135, 379)
@@ -145,10 +145,14 @@ class SCD(nn.Module):
 
     def encode(self, inputs: dict, rate: float) -> torch.Tensor:
         """Pooled sentence vectors of one encoder pass with every dropout site at `rate`."""
-        hidden_states = self.pooler in ("avg_top2", "avg_first_last", "avg_emb_last")
         with dropout_rate(self.sites, rate):
-            outputs = self.encoder(**inputs, output_hidden_states=hidden_states)
-        return pool(outputs, inputs["attention_mask"], self.pooler)
+            return pooled_output(self.encoder, self.pooler, **inputs)
+
+    def embed(self, batch: dict) -> torch.Tensor:
+        """(rows, views, hidden): each view's training vector, h at the low rate r_A (the vector both terms read;
+        SCD's projector serves the decorrelation term alone)."""
+        with dropout_rate(self.sites, self.rates[0]):
+            return self.pooled(batch)
 
     def cross_correlation(self, h_a: torch.Tensor, h_b: torch.Tensor) -> torch.Tensor:
         """c = BN(p(h_A))ᵀ BN(p(h_B)) / N. Each view goes through the projector on its own (its own BatchNorm

@@ -1,5 +1,5 @@
 """DiffAug's semi-supervised training strategies (Wang & Lu 2022, Appendix C, Table 6), one setting for any method
-that can say how it represents a sentence in training (`sentence_embeddings`): SimCSE, PromptBERT and ConSERT.
+(its training sentence vector, `Objective.embed`, is what the NLI head reads); DiffAug has its own.
 
 - `joint`: L_cl on the method's own data (Wiki1M) + α · L_ce on NLI (Eq. 13), from the start;
 - `sup-unsup`: L_ce on NLI for `stage1_steps`, then the method's L_cl alone;
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .contrastive import init_like_official
+from .objective import Objective
 
 STRATEGIES = ("none", "joint", "sup-unsup", "sup-joint")
 
@@ -31,39 +32,31 @@ def nli_cross_entropy(classifier: nn.Module, z: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(classifier(features).float(), labels)
 
 
-class SemiSupervised(nn.Module):
-    """`inner` (a method's objective) trained under one of the strategies. The exported model and test pooler are
-    the inner method's; the head is training-only. Batches carry the NLI triplets as `nli_input_ids` /
-    `nli_attention_mask` (the loop adds them in stage 1 and, with α > 0, to every main-stage batch)."""
+class SemiSupervised(Objective):
+    """`inner` (a method's objective) trained under one of the strategies, on the vector the method trains
+    (`inner.embed`). The exported model, its test and dev readings are the inner method's; the head is
+    training-only. Batches carry the NLI triplets as `nli_input_ids` / `nli_attention_mask` (the loop adds them in
+    stage 1 and, with α > 0, to every main-stage batch)."""
 
+    #: a supervised stage first (sup-unsup, sup-joint; joint trains no steps in it)
+    two_stages = True
     #: the first stage is a run of its own (sup-sbert): its schedule decays over its own steps
     stage1_own_schedule = True
 
-    def __init__(self, inner: nn.Module, strategy: str, alpha: float = 0.0):
-        super().__init__()
+    def __init__(self, inner: Objective, strategy: str, alpha: float = 0.0):
         if strategy not in STRATEGIES[1:]:
             raise ValueError(f"unknown semi_strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
-        if not hasattr(inner, "sentence_embeddings"):
-            raise ValueError(f"{inner.method} has no training sentence vector for the NLI head; the semi-supervised "
-                             "strategies apply to simcse, promptbert and consert")
+        # the inner method's encoder and pooler; its training vector is the inner method's (`embed`)
+        super().__init__(inner.encoder, pooler=inner.pooler, projector=None, temp=inner.temp,
+                         tokenizer=inner.tokenizer)
         self.inner, self.strategy, self.alpha = inner, strategy, alpha
-        self.encoder = inner.encoder
         config = inner.encoder.config
         self.classifier = init_like_official(nn.Linear(3 * config.hidden_size, 2),
                                              getattr(config, "initializer_range", 0.02))
-        self.stage = 2
 
     @property
     def method(self) -> str:
         return self.inner.method
-
-    def stage1_parameters(self) -> list[nn.Parameter]:
-        """The supervised stage trains everything: the encoder, the method's parts the vector passes through, the
-        head."""
-        return list(self.parameters())
-
-    def clipped_parameters(self) -> list[nn.Parameter]:
-        return list(self.parameters())
 
     def stage1_state(self) -> dict[str, torch.Tensor]:
         """The head after the supervised stage (the encoder's state is in the checkpoints)."""
@@ -71,8 +64,11 @@ class SemiSupervised(nn.Module):
                 for k, v in self.classifier.state_dict().items()}
 
     def nli_loss(self, batch: dict) -> torch.Tensor:
-        return nli_cross_entropy(self.classifier, self.inner.sentence_embeddings(batch["nli_input_ids"],
-                                                                                  batch["nli_attention_mask"]))
+        return nli_cross_entropy(self.classifier, self.embed({"input_ids": batch["nli_input_ids"],
+                                                              "attention_mask": batch["nli_attention_mask"]}))
+
+    def embed(self, batch: dict) -> torch.Tensor:
+        return self.inner.embed(batch)
 
     def forward(self, batch: dict) -> dict:
         if self.stage == 1:
@@ -87,6 +83,9 @@ class SemiSupervised(nn.Module):
     # --- gradient caching of the main stage (cse_kit.methods.grad_cache): the inner method's streams, and with
     # α > 0 the NLI triplets as a stream of their own, the head on the whole batch ---
 
+    def cache_refusal(self) -> str | None:
+        return self.inner.cache_refusal()
+
     def cache_inputs(self, batch: dict) -> dict:
         inputs = self.inner.cache_inputs(batch)
         if self.alpha:
@@ -95,7 +94,7 @@ class SemiSupervised(nn.Module):
 
     def cache_encode(self, stream: str, inputs) -> torch.Tensor:
         if stream == "nli":
-            return self.inner.sentence_embeddings(inputs["input_ids"], inputs["attention_mask"])
+            return self.embed(inputs)
         return self.inner.cache_encode(stream, inputs)
 
     def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
@@ -105,6 +104,8 @@ class SemiSupervised(nn.Module):
         aux = nli_cross_entropy(self.classifier, reps["nli"])
         return loss + self.alpha * aux, {**out, "loss": out["loss"] + self.alpha * aux, "nli": aux.detach()}
 
+    # --- the inner method's test model and readings ---
+
     def test_model(self):
         return self.inner.test_model()
 
@@ -112,16 +113,16 @@ class SemiSupervised(nn.Module):
     def test_pooler(self) -> str:
         return self.inner.test_pooler
 
-    def __getattr__(self, name: str):
-        """The inner method's test and dev readings (PromptBERT's), where it has them."""
-        if name in ("test_reading", "dev_reading"):
-            return getattr(self.inner, name)
-        return super().__getattr__(name)
+    def test_reading(self):
+        return self.inner.test_reading()
 
     @property
     def dev_pooler(self) -> str:
-        return getattr(self.inner, "dev_pooler", self.inner.test_pooler)
+        return self.inner.dev_pooler
+
+    def dev_reading(self):
+        return self.inner.dev_reading()
 
     @property
     def test_max_length(self) -> int | None:
-        return getattr(self.inner, "test_max_length", None)
+        return self.inner.test_max_length

@@ -6,27 +6,24 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..eval.encode import check_pooler, pool
-from .contrastive import info_nce, official_share, projector_for
+from .contrastive import info_nce, official_share
+from .objective import Objective
 from .registry import register
 
 
 @register("simcse")
-class SimCSE(nn.Module):
+class SimCSE(Objective):
     """Batch: input_ids / attention_mask (/ token_type_ids) of shape (batch, views, length): 2 views (the same
-    sentence twice) for unsupervised SimCSE, 3 (anchor, entailment, contradiction) for supervised."""
+    sentence twice) for unsupervised SimCSE, 3 (anchor, entailment, contradiction) for supervised. The training
+    vector is the base's (the pooled output through the projector); what is SimCSE's own is InfoNCE with the third
+    view as hard negatives, and supervised SimCSE's MLP kept as the exported model's pooler layer."""
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str = "mlp",
                  temp: float = 0.05, hard_negative_weight: float = 0.0, keep_projector: bool = False,
                  official_processes: int = 1):
-        super().__init__()
         if temp <= 0:
             raise ValueError(f"temperature must be positive, got {temp}")
-        self.encoder = encoder
-        self.pooler = check_pooler(pooler)
-        self.projector_kind = projector
-        self.projector = projector_for(projector, encoder)
-        self.temp = temp
+        super().__init__(encoder, pooler=pooler, projector=projector, temp=temp)
         self.hard_negative_weight = hard_negative_weight
         if keep_projector and not (projector == "mlp" and pooler == "cls_before_pooler"):
             raise ValueError("keep_projector exports the MLP as the model's pooler layer: it needs projector='mlp' "
@@ -50,7 +47,7 @@ class SimCSE(nn.Module):
         same Linear + tanh on [CLS]), evaluated with pooler `cls`, as the official simcse_to_huggingface.py:21-23
         renames `mlp` to `pooler`."""
         if not self.keep_projector:
-            return self.encoder, self.test_pooler
+            return super().test_model()
         model = type(self.encoder)(self.encoder.config, add_pooling_layer=True)
         model.load_state_dict(self.encoder.state_dict(), strict=False)
         model.pooler.dense.load_state_dict(self.projector[0].state_dict())
@@ -60,25 +57,11 @@ class SimCSE(nn.Module):
     def test_pooler(self) -> str:
         return "cls" if self.keep_projector else self.pooler
 
-    def pool_views(self, batch: dict) -> torch.Tensor:
-        """(batch * views, hidden): the pooled vectors of all views in one encoder pass, so each row gets its own
-        dropout mask."""
-        flat = {k: v.flatten(0, 1) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        hidden_states = self.pooler in ("avg_top2", "avg_first_last", "avg_emb_last")
-        outputs = self.encoder(**flat, output_hidden_states=hidden_states)
-        return pool(outputs, flat["attention_mask"], self.pooler)
-
     def encode_views(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(pooled, projected), both (batch * views, hidden); the projector sees all views at once (as the official
         code)."""
-        pooled = self.pool_views(batch)
+        pooled = self.pooled(batch).flatten(0, 1)
         return pooled, self.projector(pooled)
-
-    def sentence_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(rows, views, hidden): each view's training vector, the pooled state through the projector (what the
-        semi-supervised strategies' NLI head reads, cse_kit.methods.semi)."""
-        _, projected = self.encode_views({"input_ids": input_ids, "attention_mask": attention_mask})
-        return projected.view(*input_ids.shape[:2], -1)
 
     def contrastive_loss(self, projected: torch.Tensor, views: int) -> torch.Tensor:
         z = projected.view(-1, views, projected.shape[-1])
@@ -103,11 +86,7 @@ class SimCSE(nn.Module):
 
     def cache_inputs(self, batch: dict) -> dict:
         self.check_views(batch)
-        return {"main": {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}}
-
-    def cache_encode(self, stream: str, inputs: dict) -> torch.Tensor:
-        rows, views = inputs["input_ids"].shape[:2]
-        return self.pool_views(inputs).view(rows, views, -1)
+        return super().cache_inputs(batch)
 
     def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
         pooled = reps["main"]

@@ -1,10 +1,12 @@
 """The training loop on Hugging Face Accelerate: one CPU, one GPU or several (`accelerate launch`), AMP, a linear
 schedule, dev evaluation every `eval_steps` with the best model kept apart, resumable checkpoints, a JSONL log.
 
-A method with a first stage (DiffAug, or any method under a `sup-*` semi-supervised strategy:
-`stage1_parameters()`) trains `stage1_steps` steps on NLI batches with its own optimizer over those parameters (lr
-`stage1_lr`), then the main stage with the main optimizer over everything; DiffAug's two linear schedules are both
-sized to the main stage's length, as the official DiffAug trainer (trainers.py:285-310). The step counter runs over both stages, so evaluation, checkpoints and resume cross the boundary unchanged."""
+The method is a cse_kit.methods.Objective, and the loop calls its hooks (stages, parameters, readings) as declared
+there. A method with a first stage (DiffAug, or any method under a `sup-*` semi-supervised strategy: `two_stages`)
+trains `stage1_steps` steps on NLI batches with its own optimizer over `stage1_parameters()` (lr `stage1_lr`), then
+the main stage with the main optimizer over everything; DiffAug's two linear schedules are both sized to the main
+stage's length, as the official DiffAug trainer (trainers.py:285-310). The step counter runs over both stages, so
+evaluation, checkpoints and resume cross the boundary unchanged."""
 
 from __future__ import annotations
 
@@ -225,7 +227,7 @@ def _accelerator(cfg: TrainConfig):
         keep_freed_memory()
     # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
-        if hasattr(method_class(cfg.method), "stage1_parameters") or cfg.semi_strategy != "none" else []
+        if method_class(cfg.method).two_stages or cfg.semi_strategy != "none" else []
     accelerator = build_accelerator(cfg.mixed_precision, kwargs_handlers=handlers)
     check_processes(accelerator.num_processes)
     if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
@@ -261,8 +263,8 @@ def _stage_steps(cfg: TrainConfig, batches: Batches, objective) -> tuple[int, in
     main_steps = min(main_steps, cfg.max_steps) if cfg.max_steps else main_steps
     if not main_steps:
         raise ValueError(f"gradient_accumulation {accumulation} needs more than {batches.steps_per_epoch} batches")
-    first_stage = cfg.stage1_steps if hasattr(objective, "stage1_parameters") else 0
-    if first_stage > main_steps and not getattr(objective, "stage1_own_schedule", False):
+    first_stage = cfg.stage1_steps if objective.two_stages else 0
+    if first_stage > main_steps and not objective.stage1_own_schedule:
         warnings.warn(f"stage1_steps {first_stage} exceed the main stage's {main_steps} steps: both schedules are "
                       f"sized to the main stage (as the official DiffAug trainer), so stage 1 runs at learning "
                       f"rate 0 after step {main_steps}", stacklevel=4)
@@ -278,7 +280,7 @@ def _optimization(cfg: TrainConfig, objective, device, precision: str, first_sta
     # in a bf16 run on a CPU
     fused = fused_update(device.type, precision)
     weight_decay = cfg.weight_decay_value()
-    optimizers = [build_optimizer(named, cfg.optimizer_name(), cfg.lr, weight_decay, fused)]
+    optimizers = [_main_optimizer(cfg, objective, named, weight_decay, fused)]
     if first_stage:
         names = {id(p): n for n, p in objective.named_parameters()}
         optimizers.append(build_optimizer([(names[id(p)], p) for p in objective.stage1_parameters()],
@@ -287,24 +289,39 @@ def _optimization(cfg: TrainConfig, objective, device, precision: str, first_sta
         objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
     # DiffAug's stage 1 decays over the main stage's length (its trainer); a first stage that is a run of its own
     # (the semi-supervised strategies' supervised stage) over its own
-    lengths = [main_steps, first_stage if getattr(objective, "stage1_own_schedule", False) else main_steps]
+    lengths = [main_steps, first_stage if objective.stage1_own_schedule else main_steps]
     schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(length, cfg.warmup_steps))
                   for opt, length in zip(optimizers, lengths)]
     return [p for _, p in named], optimizers, schedulers
+
+
+def _main_optimizer(cfg: TrainConfig, objective, named: list, weight_decay: float, fused: bool):
+    """The main stage's optimizer: the run's lr, and a group of its own (marked `own_lr`, which a resume with
+    changes keeps) for each parameter the method trains at a learning rate of its own (`learning_rates`)."""
+    own = objective.learning_rates()
+    unknown = sorted(set(own) - {n for n, _ in named})
+    if unknown:
+        raise ValueError(f"method {cfg.method} gives a learning rate of its own to {', '.join(unknown)}, which "
+                         "is no trainable parameter's name (named_parameters)")
+    optimizer = build_optimizer([(n, p) for n, p in named if n not in own], cfg.optimizer_name(), cfg.lr,
+                                weight_decay, fused)
+    for name, parameter in named:
+        if name in own:
+            optimizer.add_param_group({"params": [parameter], "lr": own[name], "own_lr": own[name],
+                                       "weight_decay": weight_decay, "decay": True})
+    return optimizer
 
 
 def _dev_evaluation(cfg: TrainConfig, tokenizer, objective, device) -> tuple[DevEvaluator, str, int | None]:
     """(the dev evaluator that selects the checkpoint, the test pooler, the length test sentences are cut at). The
     dev vector is the test vector, unless the objective reads another (PromptBERT's official dev evaluation,
     ConSERT's dev pooler); ConSERT's code also cuts its test sentences."""
-    test_pooler = getattr(objective, "test_pooler", cfg.pooler)
-    test_max_length = getattr(objective, "test_max_length", None)
-    dev_pooler, dev_template = objective.dev_reading() if hasattr(objective, "dev_reading") else \
-        (getattr(objective, "dev_pooler", test_pooler), cfg.template)
+    dev_pooler, dev_template = objective.dev_reading()
     evaluator = DevEvaluator(tokenizer, dev_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
                              transfer=cfg.metric == "transfer_devacc", device=device,
-                             template=dev_template, max_length=test_max_length, dev_data=cfg.dev_data)
-    return evaluator, test_pooler, test_max_length
+                             template=cfg.template if dev_template is None else dev_template,
+                             max_length=objective.test_max_length, dev_data=cfg.dev_data)
+    return evaluator, objective.test_pooler, objective.test_max_length
 
 
 def _fresh_state() -> dict:
@@ -388,14 +405,15 @@ class _Training:
 
     def _apply_changes(self, changes: dict) -> None:
         """The new lr and weight decay on the main optimizer (the checkpoint restored the old ones), its schedule
-        recomputed from the new lr."""
+        recomputed from the new lr (a method's own learning rates kept)."""
         cfg, optimizer, scheduler = self.cfg, self.optimizers[0], self.schedulers[0]
-        for group in optimizer.param_groups:
-            group.update(initial_lr=cfg.lr)
+        lrs = [group.get("own_lr", cfg.lr) for group in optimizer.param_groups]  # a method's own rates stay
+        for group, lr in zip(optimizer.param_groups, lrs):
+            group.update(initial_lr=lr)
         set_weight_decay(optimizer, cfg.weight_decay_value())
-        scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
-        for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
-            group["lr"] = cfg.lr * factor(scheduler.last_epoch)
+        scheduler.base_lrs = lrs
+        for group, lr, factor in zip(optimizer.param_groups, lrs, scheduler.lr_lambdas):
+            group["lr"] = lr * factor(scheduler.last_epoch)
         self.state["resumed_with_changes"].append({"step": self.state["step"], "changes": changes})
 
     @property
@@ -551,7 +569,7 @@ class _Training:
         """The dev evaluation, logged; a better score than the best so far exports the model as the run's best.
         Returns the score."""
         t = time.perf_counter()
-        test_model = _test_model(self.unwrapped)
+        test_model = self.unwrapped.test_model()[0]
         dev = self.evaluator(test_model)
         self.state["seconds"]["eval"] += time.perf_counter() - t
         score = dev[self.cfg.metric]
@@ -566,7 +584,7 @@ class _Training:
             if self.accelerator.is_main_process:
                 export_encoder(test_model, self.tokenizer, self.run / "model",
                                _metadata(self.cfg, step, dev, self.test_pooler, self.test_max_length),
-                               self.unwrapped.test_reading() if hasattr(self.unwrapped, "test_reading") else None)
+                               self.unwrapped.test_reading())
         return score
 
     def check_loss(self) -> None:
@@ -755,12 +773,6 @@ def _peak_memory(accelerator) -> dict:
     peaks = torch.tensor([unknown if v is None else v for v in (gpu, rss)], device=accelerator.device)
     gpu, rss = (None if v == unknown else v for v in accelerator.reduce(peaks, reduction="max").tolist())
     return {"peak_gpu_memory_bytes": gpu, "peak_rss_bytes": rss}
-
-
-def _test_model(objective):
-    """What is evaluated and exported: the objective's test model (e.g. supervised SimCSE's encoder with its MLP as
-    the pooler), else its encoder."""
-    return objective.test_model()[0] if hasattr(objective, "test_model") else objective.encoder
 
 
 def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str, max_length: int | None) -> dict:
