@@ -152,9 +152,20 @@ def data_dir(tmp_path_factory):
     if missing:
         pytest.fail(f"the shared data is missing ({missing}); clone the project with ../shared beside it or set "
                     "CSE_KIT_SHARED")
-    root = tmp_path_factory.mktemp("data")
-    for archive in ARCHIVES.values():
-        import_path(archive, root)
+    # imported once per session, not once per pytest-xdist worker (each worker is a session of its own; they share
+    # the parent of their base temporary folders): the first worker imports while the others wait for it (~9 s)
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    root = shared / "data-shared"
+    with FileLock(str(shared / "data-shared.lock")):
+        if not (shared / "data-shared.done").is_file():
+            root.mkdir(exist_ok=True)
+            for archive in ARCHIVES.values():
+                import_path(archive, root)
+            (shared / "data-shared.done").touch()
     return root
 
 
