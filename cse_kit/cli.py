@@ -444,6 +444,12 @@ def add_report(sub) -> None:
     p.add_argument("--paper", nargs="+", metavar="PAPER", help="these papers only: " + ", ".join(PAPERS))
     p.add_argument("--list", action="store_true",
                    help="print the coverage matrix and execute nothing (= cse-kit status)")
+    p.add_argument("--latex", metavar="DIR",
+                   help="write every table the report shows as LaTeX into DIR (booktabs, one .tex a table: mean ± "
+                        "std, the paper's value, Δ and the page's marks), from the tables the notebooks saved in the "
+                        "results store; executes nothing (run the report first). --profile auto: the store's profile")
+    p.add_argument("--markdown", metavar="DIR",
+                   help="the same tables as Markdown pipe tables into DIR (one .md a table); with --latex, both")
     p.add_argument("--recompute-stale", nargs="?", const="all", choices=["all", "evaluations"],
                    help="recompute the records computed with other library versions (cse-kit status --stale), "
                         "re-executing the notebooks; every other record is reused. Each is set aside with its model "
@@ -475,6 +481,8 @@ def cmd_report(args) -> int:
 
     if args.list:
         return cmd_status(args)
+    if args.latex or args.markdown:
+        return _write_paper_tables(args)
     check_notebooks()  # a plain `pip install .` is refused before anything runs
 
     if args.workers < 1:
@@ -518,6 +526,21 @@ def cmd_report(args) -> int:
         print(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (their errors are in the page and under "
               f"{index.parent / 'executed'})", file=sys.stderr)
         return 1
+    return 0
+
+
+def _write_paper_tables(args) -> int:
+    """`cse-kit report --latex DIR` / `--markdown DIR`: the saved tables as files; executes nothing."""
+    from .report import select
+    from .report.paper_tables import profile_of_store, write_report_tables
+
+    _check_results_dir(args.results_dir)
+    profile = profile_of_store(args.results_dir, args.profile)
+    paths = write_report_tables(args.results_dir, profile, select(args.paper, args.only), args.latex, args.markdown)
+    counts = {suffix: sum(path.suffix == suffix for path in paths) for suffix in (".tex", ".md")}
+    print(f"wrote {counts['.tex']} LaTeX and {counts['.md']} Markdown tables of the {profile} profile"
+          + "".join(f"; {what} into {folder}" for what, folder in (("LaTeX", args.latex), ("Markdown", args.markdown))
+                    if folder) + " (from the saved tables: nothing executed)")
     return 0
 
 

@@ -65,7 +65,8 @@ figures, front = cmp.figures(h, recipes[0])
 ex.save_table(s, cmp.NOTEBOOK, cmp.TITLE, figures=figures, paper=None,
               notes=[*h.words, f"Pareto front ({recipes[0]}): {', '.join(front)}",
                      cmp.profile_note(s.profile, transfer_evaluation)],
-              extra={"tables": {"scores": h.scores.to_dict("records"), "cost": h.costs.to_dict("records"),
+              extra={"significance_level": level,  # what the matrices' * means, in their LaTeX and Markdown
+                     "tables": {"scores": h.scores.to_dict("records"), "cost": h.costs.to_dict("records"),
                                 **({"MTEB main scores": h.mteb.to_dict("records")} if len(h.mteb) else {}),
                                 **{f"{recipe}: {name}": matrix.reset_index().to_dict("records")
                                    for recipe, matrices in h.tests.items() for name, matrix in matrices.items()}}})

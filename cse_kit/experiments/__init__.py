@@ -12,7 +12,8 @@ only. The modules:
 - `paper_vs_ours.py`: the paper's number beside ours, mean ± std over seeds and Δ (compare), and what a notebook
   displays (show, show_values).
 - `tables.py`: a notebook's table saved for the report (save_table).
-- `render.py`: a comparison drawn in the paper's layout; `plots.py`: the figures."""
+- `render.py`: a comparison drawn in the paper's layout; `plots.py`: the figures.
+- `typeset.py`: the same tables as LaTeX (booktabs) and Markdown, for a paper (write_tables)."""
 
 import warnings
 
@@ -22,8 +23,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 from ..train.presets import ProfileUnavailable  # noqa: E402  (what Row.subject raises on a profile it cannot run)
 from .columns import (STS_COLUMNS, TRANSFER_COLUMNS, dev_columns, geometry_columns, retrieval_columns,  # noqa: E402
                       sts_test_columns, training_cost, transfer_eval, transfer_test_columns)
-from .paper_vs_ours import (compare, show, show_values, side_by_side, sweep_cell, unpublished,  # noqa: E402
-                            why_not_run, with_paper)
+from .paper_vs_ours import (compare, comparison_frame, show, show_values, side_by_side, sweep_cell,  # noqa: E402
+                            unpublished, why_not_run, with_paper)
 from .parameters import ParameterError, as_list, check, check_parameters, sweep  # noqa: E402
 from .profiles import (CPU_PROFILE_EVIDENCE, CPU_PROFILE_SCOPE, PROFILE_NOTES, PROFILE_SCOPES,  # noqa: E402
                        STARTS_SHOWN, auto_profile, chosen_profile, models_missing, require_models, resolve_profile)
@@ -31,12 +32,13 @@ from .rows import (RELEASED_SUFFIX, START_COLUMN, START_LABEL, Row, best_on_dev,
                    stale_note, starting_point)
 from .session import AMP_NOTE, Setup, setup  # noqa: E402
 from .tables import TABLE_MIMETYPE, extra_layout, save_table, strict_json  # noqa: E402
+from .typeset import write_tables  # noqa: E402
 
 __all__ = ["ProfileUnavailable", "STS_COLUMNS", "TRANSFER_COLUMNS", "dev_columns", "geometry_columns",
            "retrieval_columns", "sts_test_columns", "training_cost", "transfer_eval", "transfer_test_columns",
-           "compare", "show", "show_values", "side_by_side", "sweep_cell", "unpublished", "why_not_run", "with_paper",
-           "ParameterError", "as_list", "check", "check_parameters", "sweep", "CPU_PROFILE_EVIDENCE",
+           "compare", "comparison_frame", "show", "show_values", "side_by_side", "sweep_cell", "unpublished",
+           "why_not_run", "with_paper", "ParameterError", "as_list", "check", "check_parameters", "sweep", "CPU_PROFILE_EVIDENCE",
            "CPU_PROFILE_SCOPE", "PROFILE_NOTES", "PROFILE_SCOPES", "STARTS_SHOWN", "auto_profile", "chosen_profile",
            "models_missing", "require_models", "resolve_profile", "RELEASED_SUFFIX", "START_COLUMN", "START_LABEL",
            "Row", "best_on_dev", "records", "run_rows", "stale_note", "starting_point", "AMP_NOTE", "Setup", "setup",
-           "TABLE_MIMETYPE", "extra_layout", "save_table", "strict_json"]
+           "TABLE_MIMETYPE", "extra_layout", "save_table", "strict_json", "write_tables"]

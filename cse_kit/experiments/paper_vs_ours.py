@@ -1,6 +1,7 @@
 """Paper vs reproduced: compare puts the paper's number beside ours (mean ± std over seeds, n, Δ, and the row's
 untrained start) per row and column; unpublished, side_by_side and with_paper lay out figures without published
-numbers and single values the same way; show and show_values are what a notebook displays (render.py draws them)."""
+numbers and single values the same way; show and show_values are what a notebook displays (render.py draws them);
+comparison_frame reads a saved comparison back."""
 
 from __future__ import annotations
 
@@ -30,6 +31,16 @@ def compare(long: pd.DataFrame, table: int | str, columns: list[str], cell=None,
             ours = _over_seeds(group, col)
             out.append(_line(label, col, ref, ours, ours["mean"] - ref))
     return pd.DataFrame(out)
+
+
+def comparison_frame(lines: list[dict]) -> pd.DataFrame:
+    """A saved comparison back as compare() made it: JSON wrote NaN as null, so a column of a figure the paper gives
+    no numbers for (paper, diff) comes back as None throughout; numbers again, NaN where null."""
+    frame = pd.DataFrame(lines)
+    for column in ("paper", "mean", "std", "diff", "n", "tolerance", "start_value", "from_start"):
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
 
 
 def _over_seeds(group: pd.DataFrame, column: str) -> dict:

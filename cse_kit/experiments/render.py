@@ -74,10 +74,10 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
-def values_html(frame: pd.DataFrame, caption: str = "", together: bool = False) -> str:
-    """A table that is not a paper-vs-ours comparison (paper's cited rows, per-group means, examples), its numbers
-    through column_formatter: each column's digits from its own spread, or (`together`, for columns of one
-    measure) from the spread of all. An index of labels (not positions) becomes the first column: the key leads."""
+def values_cells(frame: pd.DataFrame, together: bool = False) -> pd.DataFrame:
+    """The cells a values table shows, as text: numbers through column_formatter (each column's digits from its own
+    spread, or with `together` from the spread of all), None as "—"; an index of labels (not positions) becomes the
+    first column: the key leads. The HTML, LaTeX and Markdown of such a table all show these cells."""
     if any(frame.index.names) or not pd.api.types.is_integer_dtype(frame.index):  # row labels, not positions
         frame = frame.rename_axis([name or "" for name in frame.index.names]).reset_index()
     numeric = [c for c in frame.columns if any(_is_number(v) for v in frame[c])]
@@ -89,6 +89,13 @@ def values_html(frame: pd.DataFrame, caption: str = "", together: bool = False) 
     shown = frame.astype(object).copy()
     for c, formatter in formatters.items():
         shown[c] = [formatter(v) if _is_number(v) else ("—" if v is None else v) for v in frame[c]]
+    return shown
+
+
+def values_html(frame: pd.DataFrame, caption: str = "", together: bool = False) -> str:
+    """A table that is not a paper-vs-ours comparison (paper's cited rows, per-group means, examples) as HTML, its
+    cells values_cells'."""
+    shown = values_cells(frame, together)
     caption_html = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     table = shown.to_html(index=False, border=0, classes="values", escape=True)
     return f"<div class='scroll'>{table.replace('>', '>' + caption_html, 1) if caption_html else table}</div>"
@@ -185,11 +192,17 @@ def has_start(line) -> bool:
     return _text(getattr(line, "start", None)) and value is not None and not math.isnan(value)
 
 
-def start_text(line) -> str:
-    """"start 73.69: +1.16": the untrained model's value under the row's pooler, and ours − start."""
+def start_numbers(line) -> tuple[str, str] | None:
+    """("73.69", "+1.16"): the untrained model's value under the row's pooler, and ours − start; None without both."""
     if not has_start(line) or line.n == 0 or math.isnan(line.mean):
-        return ""
-    return f"start {fmt_number(line.start_value)}: {fmt_diff(line.from_start, line.mean)}"
+        return None
+    return fmt_number(line.start_value), fmt_diff(line.from_start, line.mean)
+
+
+def start_text(line) -> str:
+    """"start 73.69: +1.16": start_numbers as a cell's last line."""
+    numbers = start_numbers(line)
+    return f"start {numbers[0]}: {numbers[1]}" if numbers else ""
 
 
 def start_caption(comparison: pd.DataFrame) -> str:
@@ -201,7 +214,8 @@ def start_caption(comparison: pd.DataFrame) -> str:
             + ", ".join(dict.fromkeys(starts)))
 
 
-def tolerance_caption(comparison: pd.DataFrame) -> str:
+def tolerance_rules(comparison: pd.DataFrame) -> list[str]:
+    """Each tolerance the comparison's Δs are judged by, with what it applies to: "scores (...): within 1"."""
     tolerances = {}
     for line in comparison.itertuples():
         # the default tolerance is a score's point; a setting or count held to it is named (Table 14's counts)
@@ -211,6 +225,10 @@ def tolerance_caption(comparison: pd.DataFrame) -> str:
     for (tol, score), columns in sorted(tolerances.items()):
         what = "scores (Spearman ×100, accuracy %)" if score else ", ".join(sorted(map(str, columns)))
         rules.append(f"{what}: exact" if tol == 0 else f"{what}: within {fmt_number(tol)}")
+    return rules
+
+
+def tolerance_caption(comparison: pd.DataFrame) -> str:
     settings = [is_setting(line) for line in comparison.itertuples()]
     parts = []
     if not all(settings):
@@ -218,7 +236,17 @@ def tolerance_caption(comparison: pd.DataFrame) -> str:
     if any(settings):
         parts.append("values not measured over seeds (hyper-parameters, counts): the paper's, below it ours, then "
                      "'same' or 'differs' when they must match exactly, else Δ")
-    return "; ".join(parts) + "; green when " + "; ".join(rules)
+    return "; ".join(parts) + "; green when " + "; ".join(tolerance_rules(comparison))
+
+
+def layout_blocks(comparison: pd.DataFrame) -> dict[tuple, list]:
+    """The paper's layout: its columns -> the rows that have exactly them, in the comparison's order. Rows with
+    different columns (a notebook of several tables, e.g. Tables 12-14) make one block, a table, per set."""
+    present = set(zip(comparison.row, comparison.column))
+    blocks: dict[tuple, list] = {}
+    for row in dict.fromkeys(comparison.row):
+        blocks.setdefault(tuple(c for c in dict.fromkeys(comparison.column) if (row, c) in present), []).append(row)
+    return blocks
 
 
 def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
@@ -227,9 +255,7 @@ def paper_layout_html(comparison: pd.DataFrame, caption: str = "") -> str:
     if comparison.empty:
         return "<p class='note'>nothing to compare</p>"
     cells = {(line.row, line.column): _cell_html(line) for line in comparison.itertuples()}
-    blocks: dict[tuple, list] = {}
-    for row in dict.fromkeys(comparison.row):
-        blocks.setdefault(tuple(c for c in dict.fromkeys(comparison.column) if (row, c) in cells), []).append(row)
+    blocks = layout_blocks(comparison)
     starts = start_caption(comparison)
     caption_html = f"<caption>{html.escape(caption)}<br><small>{html.escape(tolerance_caption(comparison))}" \
                    + (f"<br>{html.escape(starts)}" if starts else "") + "</small></caption>"
@@ -275,7 +301,7 @@ def long_form_html(comparison: pd.DataFrame) -> str:
                               n=["" if is_setting(x) else x.n for x in lines], diff=[delta_text(x) for x in lines])
     if any(has_start(x) for x in lines):
         shown = shown.assign(start=[fmt_number(x.start_value) if has_start(x) else "" for x in lines],
-                             from_start=[start_text(x).partition(": ")[2] for x in lines])
+                             from_start=[(start_numbers(x) or ("", ""))[1] for x in lines])
     keep = [c for c in ("row", "column", "paper", "ours", "n", "diff", "start", "from_start", "reason") if c in shown]
     return shown[keep].to_html(index=False, border=0, classes="long-form", escape=True)
 

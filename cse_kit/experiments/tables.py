@@ -13,13 +13,16 @@ from ..io import write_json_atomic
 from .profiles import PROFILE_NOTES
 from .rows import stale_note
 from .session import AMP_NOTE, Setup
+from .typeset import write_tables
 
 
 def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None = None, figures=(), notes=(),
-               extra: dict | None = None, paper: str = "diffcse") -> None:
+               extra: dict | None = None, paper: str = "diffcse", latex: bool = False, markdown: bool = False) -> None:
     """What the report shows for one notebook, written atomically to results_dir/tables/<name>.json: the paper,
-    the comparison, the figures as PNG data URIs, notes, the profile and seeds. Returns nothing, so a notebook's last
-    cell shows no machine path (the report page is meant to be shared)."""
+    the comparison, the figures as PNG data URIs, notes, the profile and seeds. `latex`, `markdown`: each of its
+    tables also as <name>*.tex (booktabs) and <name>*.md beside it, as `cse-kit report --latex DIR` writes them
+    (typeset.py). Returns nothing, so a notebook's last cell shows no machine path (the report page is meant to be
+    shared)."""
     from ..environment import describe
     from .plots import to_data_uri
 
@@ -33,6 +36,9 @@ def save_table(s: Setup, name: str, title: str, comparison: pd.DataFrame | None 
                          "environment": describe(), "evaluation_amp": s.store.amp,
                          "written": time.strftime("%Y-%m-%dT%H:%M:%S")})
     write_json_atomic(s.store.root / "tables" / f"{name}.json", table)
+    if latex or markdown:
+        written = write_tables(table, s.store.root / "tables", latex=latex, markdown=markdown)
+        print(f"wrote {', '.join(path.name for path in written)} into the results store's tables/")
     _publish(table)
 
 

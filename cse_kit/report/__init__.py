@@ -9,6 +9,7 @@ image is fetched from anywhere. The modules:
 - `coverage_matrix.py`: each table and figure's status, as HTML and as text (`cse-kit status`); the tables saved in
   the results store, read back.
 - `page.py`: build(), the page: its sections, its paths made shareable.
+- `paper_tables.py`: `cse-kit report --latex DIR --markdown DIR`, the page's tables as files from the saved tables.
 - `checkout.py`: where the notebooks are; `stopping.py`: stops every process a report started."""
 
 from .checkout import NOTEBOOK_DIR, ROOT
@@ -19,11 +20,12 @@ from .notebooks import (KERNEL_ENV, NOTEBOOKS, execute, execution_key, kernel_co
                         notebook_warnings, table_of)
 from .page import (PAGE, build, machine_paths, section_of, sections_html, select, table_html, where_text,
                    without_machine_paths)
+from .paper_tables import profile_of_store, write_report_tables
 from .scheduling import NOTEBOOK_SECONDS, default_jobs, execute_all, longest_first
 
 __all__ = ["NOTEBOOK_DIR", "ROOT", "COMPARABLE_PROFILE", "STATUS_STYLE", "comparison_frame", "comparison_line",
            "coverage", "coverage_html", "coverage_text", "saved_profiles", "saved_tables", "scope_html", "tallies",
            "tally_text", "KERNEL_ENV", "NOTEBOOKS", "execute", "execution_key", "kernel_config", "notebook_html",
            "notebook_warnings", "table_of", "PAGE", "build", "machine_paths", "section_of", "sections_html", "select",
-           "table_html", "where_text", "without_machine_paths", "NOTEBOOK_SECONDS", "default_jobs", "execute_all",
-           "longest_first"]
+           "table_html", "where_text", "without_machine_paths", "profile_of_store", "write_report_tables",
+           "NOTEBOOK_SECONDS", "default_jobs", "execute_all", "longest_first"]

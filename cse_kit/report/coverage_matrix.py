@@ -1,6 +1,7 @@
 """The coverage matrix: every table and figure of the four papers with its status (reproduced, differs, built,
 partial, not run on this profile, failed, not built, not implemented yet, schematic), as HTML for the page and as text
-for `cse-kit status`; the tables notebooks saved in the results store, read back (saved_tables, comparison_frame)."""
+for `cse-kit status`; the tables notebooks saved in the results store, read back (saved_tables; a saved comparison
+as a frame again is experiments' comparison_frame)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import json
 import math
 from pathlib import Path
 
-import pandas as pd
-
 from ..data.published import artefacts
 from ..experiments import PROFILE_SCOPES
+from ..experiments.paper_vs_ours import comparison_frame
 from ..experiments.render import not_run_reasons, ours_text, paper_text, within_tolerance
 from ..papers import PAPERS, paper_module
 from ..papers import notebooks as paper_notebooks
@@ -20,16 +20,6 @@ from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
 from ..results import default_results_dir
 from ..train.presets import PROFILES
-
-
-def comparison_frame(lines: list[dict]) -> pd.DataFrame:
-    """A saved comparison back as compare() made it: JSON wrote NaN as null, so a column of a figure the paper gives
-    no numbers for (paper, diff) comes back as None throughout; numbers again, NaN where null."""
-    frame = pd.DataFrame(lines)
-    for column in ("paper", "mean", "std", "diff", "n", "tolerance", "start_value", "from_start"):
-        if column in frame:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    return frame
 
 
 #: status kind -> style. A table is "built" when all its rows ran on a profile, "partial" when some did, and

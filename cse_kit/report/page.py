@@ -16,14 +16,16 @@ import pandas as pd
 from ..data import resolve_data_dir
 from ..data.published import paper_spec
 from ..experiments import PROFILE_SCOPES, chosen_profile
+from ..experiments.paper_vs_ours import comparison_frame
 from ..experiments.render import long_form_html, paper_layout_html, values_html
+from ..experiments.typeset import extra_frames
 from ..io import write_json_atomic, write_text_atomic
 from ..papers import PAPERS, all_notebooks, paper_key
 from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
 from ..results import default_results_dir
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
-from .coverage_matrix import comparison_frame, coverage, coverage_html, tally_text
+from .coverage_matrix import coverage, coverage_html, tally_text
 from .notebooks import NOTEBOOKS, ended_in_error, notebook_html, table_of
 from .scheduling import default_jobs, execute_all
 
@@ -40,11 +42,7 @@ def table_html(table: dict, uid: str) -> str:
         parts.append(f"<details><summary>long form (every row × column)</summary>{long_form_html(frame)}</details>")
     for note in table["notes"]:
         parts.append(f"<p class='note'>{html.escape(note)}</p>")
-    tables = table.get("extra", {}).get("tables", {})
-    layout = table.get("extra_layout", {})
-    for caption in layout.get("tables") or tables:
-        frame = pd.DataFrame(tables[caption])
-        frame = frame[layout.get("columns", {}).get(caption) or list(frame)]
+    for caption, frame in extra_frames(table):
         parts.append(f"{values_html(frame)}<p class='meta'>{html.escape(caption)}</p>")
     examples = table.get("extra", {}).get("examples")
     if examples:
