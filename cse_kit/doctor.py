@@ -319,7 +319,21 @@ def write_references(path: Path, measured: dict, references: dict | None, comman
         f"{unchecked[0]}); `{whole}` on a CPU with a bf16 unit checks them all")
     say(f"wrote {replaced} reference value{'' if replaced == 1 else 's'} to {path} (the "
         f"{len(measured['values']) - replaced} found the same keep theirs), {code}; commit it with the change")
+    if path == REFERENCES and references is not None and not (replaced or unchecked) \
+            and references["code"] != written["code"]:
+        _carry_stores(references["code"], written["code"], len(written["values"]), say)
     return 0
+
+
+def _carry_stores(old: str, new: str, checks: int, say) -> None:
+    """Every check the same from code `old` to code `new`: results stores carry old's records to new's keys instead
+    of computing them again (cse_kit.results.upgrade)."""
+    from .results.upgrade import LINEAGE_FILE, add_lineage
+
+    add_lineage(old, new, f"cse-kit doctor --write-references on {date.today().isoformat()}: all {checks} checks the "
+                          f"same under code {new} as under {old}")
+    say(f"code {new} gives the numbers of code {old} (every check the same): results stores carry {old}'s records to "
+        f"it, retraining nothing ({LINEAGE_FILE.name}; commit it with the change)")
 
 
 # ---- the command ----

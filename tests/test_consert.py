@@ -237,15 +237,15 @@ def test_the_training_vectors_are_the_unaugmented_ones(tiny):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"consert_aug2": "adversarial"}, "consert_supervision=joint"),
+    ({"consert_aug2": "adversarial"}, "set supervision=joint"),
     ({"consert_aug1": "token_cutoff", "consert_rate1": 0.0}, "a rate in \\(0, 1\\)"),
     ({"consert_rate2": 0.1}, "no rate"),
-    ({"consert_aug1": "crop"}, "unknown consert_aug1"),
+    ({"consert_aug1": "crop"}, "consert: unknown aug1"),
     ({"projector": "mlp"}, "no projector"),
     ({"data": "SNLI-triplets"}, "NLI triplets with sbert or joint"),
-    ({"consert_variant": "released"}, "unknown consert_variant"),
-    ({"consert_dropout_aug": "gaussian"}, "unknown consert_dropout_aug"),
-    ({"consert_test_pooler": "prompt_mask"}, "consert_test_pooler"),
+    ({"consert_variant": "released"}, "consert: unknown variant"),
+    ({"consert_dropout_aug": "gaussian"}, "consert: unknown dropout_aug"),
+    ({"consert_test_pooler": "prompt_mask"}, "consert: unknown test_pooler"),
 ])
 def test_settings_that_cannot_work_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):

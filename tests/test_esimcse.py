@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from cse_kit.methods import ESimCSE
-from cse_kit.methods.esimcse import STOP_WORDS, LengthExtender, single_token_ids
+from cse_kit.methods.esimcse import STOP_WORDS, VARIANTS, ESimCSE, LengthExtender, single_token_ids
+from cse_kit.methods.objective import variant_choices
 from cse_kit.train import build_config, train
 from cse_kit.train.data import Batches, bucketed_order, parse_length_buckets
 
@@ -343,19 +344,24 @@ def test_length_buckets_batch_sentences_of_one_bucket_and_leave_the_default_orde
 
 # ---- presets, training, resume ------------------------------------------------------------------------------------
 
+def _queue(cfg) -> int:
+    return ESimCSE.options_of(cfg).queue_length(cfg.batch_size)
+
+
 def test_presets_carry_the_papers_hyperparameters():
     cfg = build_config("esimcse-bert", "paper")
-    assert (cfg.method, cfg.lr, cfg.batch_size, cfg.dup_rate, cfg.esimcse_queue_size(), cfg.momentum, cfg.epochs,
+    assert (cfg.method, cfg.lr, cfg.batch_size, cfg.dup_rate, _queue(cfg), cfg.momentum, cfg.epochs,
             cfg.eval_steps, cfg.pooler, cfg.dropout, cfg.temp) == \
         ("esimcse", 3e-5, 64, 0.32, 160, 0.995, 1, 125, "cls_before_pooler", 0.1, 0.05)
     cfg = build_config("esimcse-roberta-large", "paper")
-    assert (cfg.model, cfg.lr, cfg.dup_rate, cfg.esimcse_queue_size(), cfg.dropout) == \
+    assert (cfg.model, cfg.lr, cfg.dup_rate, _queue(cfg), cfg.dropout) == \
         ("roberta-large", 1e-5, 0.28, 128, 0.15)
     # BERT-large's dropout is a variant: the paper's 0.15 (§4.2), the official run.sh's 0.1; --set wins over both
     assert [build_config("esimcse-bert-large", "paper", v).dropout for v in
             ([], ["esimcse_variant=official-code"], ["esimcse_variant=official-code", "dropout=0.12"])] == [0.15, 0.1, 0.12]
-    assert build_config("esimcse-bert", "paper", ["queue_size=none", "batch_size=32"]).esimcse_queue_size() == 80
-    assert build_config("esimcse-bert", "paper", ["esimcse_variant=official-code"]).esimcse_options() == \
+    assert _queue(build_config("esimcse-bert", "paper", ["queue_size=none", "batch_size=32"])) == 80
+    assert variant_choices(ESimCSE.options_of(build_config("esimcse-bert", "paper", ["esimcse_variant=official-code"])),
+                           VARIANTS) == \
         {"dup_sampling": "official", "momentum_init": "random"}
     with pytest.raises(ValueError, match="dup_rate"):
         build_config("esimcse-bert", "paper", ["dup_rate=1.5"])
@@ -453,7 +459,7 @@ def test_table_rows_share_runs_and_follow_the_paper():
     assert same[0] == same[1] == build_config("esimcse-bert", "paper")  # one run behind both (and Table 4's ESimCSE)
     t6 = esimcse.table6_rows(esimcse.BUCKETS)
     assert [r.label for r in t6] == list(paper_table(6, "esimcse").columns)
-    assert build_config(t6[0].preset, "paper", t6[0].overrides).esimcse_queue_size() == 0
+    assert _queue(build_config(t6[0].preset, "paper", t6[0].overrides)) == 0
     t5 = esimcse.table5_rows(list(esimcse.EXTENSIONS))
     assert [r.label for r in t5] == list(paper_table(5, "esimcse").index)
     assert build_config(t5[-1].preset, "paper", t5[-1].overrides) == same[0]

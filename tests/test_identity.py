@@ -5,15 +5,19 @@ store keyed the old way re-keyed in place without retraining anything."""
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import typing
 
 import pytest
 
 import cse_kit.train.loop as loop
+from conftest import REPO
 from cse_kit.data.loaders import md5_file
 from cse_kit.results import Pretrained, ResultStore, content_digest, identity, record_key
-from cse_kit.results import data_fingerprint, evaluation_protocol
-from cse_kit.results.upgrade import STORE_FILE
+from cse_kit.results import code_version, data_fingerprint, evaluation_protocol
+from cse_kit.results.upgrade import STORE_FILE, equivalent_codes
 from cse_kit.train.config import NOT_COMPUTING, TrainConfig
 from cse_kit.train.precision import resolve_precision
 from cse_kit.train.presets import build_config
@@ -135,15 +139,14 @@ def test_a_store_keyed_the_old_way_is_rekeyed_once_and_nothing_is_retrained(data
     after = [store.get(subject, ("sts_dev", "sts_test")) for subject in asked]
     assert trainings == []
     assert [line for line in said if "re-keyed" in line] == [
-        f"results store {tmp_path}: 3 record(s) upgraded to key scheme 2, 2 of them re-keyed (settings that compute "
-        "nothing, such as log_steps, left the key); nothing retrained"]
+        f"results store {tmp_path}: 3 record(s) upgraded to key scheme 3, 2 of them re-keyed; nothing retrained"]
     for subject, first, old, new in zip(subjects, before, old_keys, after):
         assert new["metrics"]["sts_dev"] == first["metrics"]["sts_dev"] and new["key"] == store.key(subject)
         assert old == new["key"] or not (store.record_path(old).exists() or store.run_dir(old).exists())
         assert new["configuration"] and new["files"]
     assert after[0]["configuration"] == after[1]["configuration"] != after[2]["configuration"]
     assert store.same_configuration(after[0]) == [store.read(after[0]["key"]), store.read(after[1]["key"])]
-    assert json.loads((tmp_path / STORE_FILE).read_text()) == {"key_scheme": 2}
+    assert json.loads((tmp_path / STORE_FILE).read_text()) == {"key_scheme": 3, "code": code_version()}
 
     again = []
     ResultStore(tmp_path, data_dir, notify=again.append).get(asked[0], ("sts_dev",))
@@ -167,3 +170,50 @@ def test_evaluation_protocol_and_sampled_keys_are_kept(data_dir):
     assert evaluation_protocol("smoke") and not evaluation_protocol("cpu")
     assert record_key(Pretrained("smoke-bert", "avg", "smoke"), data_dir) != \
         record_key(Pretrained("smoke-bert", "avg", "cpu"), data_dir)
+
+
+#: the last commit before a method's settings moved from TrainConfig into its Options (issue 67)
+BEFORE_OPTIONS = "6298ae4"
+#: what that release trained: a SimCSE run (its key held the profile's DiffCSE generator and SCD projector) and a
+#: DiffCSE run with λ set as the field it was
+OLD_RUNS = (("simcse-bert", {"seed": 1}), ("diffcse-bert-sts", {"seed": 1, "lam": 0.01}))
+_BUILD_OLD = """
+import json, sys
+from cse_kit.results import ResultStore, code_version
+from cse_kit.train.presets import build_config
+store = ResultStore(sys.argv[1], sys.argv[2], notify=lambda line: None)
+runs = [store.get(build_config(p, "smoke", o), ("sts_dev",)) for p, o in json.loads(sys.argv[3])]
+print(json.dumps({"code": code_version(), "sts_dev": [r["metrics"]["sts_dev"] for r in runs]}))
+"""
+
+
+def _shallow() -> bool:
+    out = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True, text=True)
+    return out.stdout.strip() == "true"
+
+
+@pytest.mark.skipif(_shallow(), reason="a shallow clone lacks the release before the move (git fetch --unshallow)")
+def test_a_store_the_release_before_options_built_is_found_and_nothing_is_retrained(data_dir, tmp_path, monkeypatch):
+    """The previous release's own code trains a smoke store; this code opens it: every record is found under its
+    new key (the code change carried by code_lineage.json, which the whole doctor wrote) and nothing trains."""
+    old = tmp_path / "release"
+    old.mkdir()
+    archive = subprocess.run(["git", "archive", BEFORE_OPTIONS, "cse_kit"], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    built = subprocess.run([sys.executable, "-c", _BUILD_OLD, str(tmp_path / "store"), str(data_dir),
+                            json.dumps(OLD_RUNS)], env=env, capture_output=True, text=True, cwd=old)
+    assert built.returncode == 0, built.stderr[-2000:]
+    before = json.loads(built.stdout.splitlines()[-1])
+    assert before["code"] in equivalent_codes(code_version()), (
+        f"the release before the move computed with code {before['code']}, which code_lineage.json does not lead to "
+        f"this code ({code_version()}): run the whole `cse-kit doctor --write-references`")
+
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("retrained a run"))
+    said = []
+    store = ResultStore(tmp_path / "store", data_dir, notify=said.append)
+    after = [store.get(build_config(p, "smoke", o), ("sts_dev",)) for p, o in OLD_RUNS]
+    assert [r["metrics"]["sts_dev"] for r in after] == before["sts_dev"]
+    assert [r["code_lineage"] for r in after] == [[before["code"]]] * 2
+    assert after[1]["config"]["method_options"]["lambda_weight"] == 0.01
+    assert len([line for line in said if "upgraded to key scheme" in line]) == 1

@@ -25,7 +25,8 @@ from cse_kit.methods.simcse import SimCSE
 from cse_kit.methods.promptbert import PromptBERT
 from cse_kit.models import build_smoke_model
 from cse_kit.eval.prompt import Template
-from cse_kit.train.config import OFFICIAL_OPTIMIZERS, VARIANT_FIELDS
+from cse_kit.train.config import OFFICIAL_OPTIMIZERS
+from cse_kit.train.method_settings import variant_field
 from cse_kit.train.optim import LegacyAdamW, build_optimizer
 from cse_kit.train.presets import OFFICIAL_RUNS, PRESETS, build_config, official_run, variant_of
 
@@ -137,7 +138,7 @@ def test_the_kits_optimizer_is_torchs_adamw_as_before():
 # --------------------------------------------------------------------------------------------------------------
 
 def _variants(preset):
-    field = VARIANT_FIELDS[PRESETS[preset][1]["method"]]
+    field = variant_field(PRESETS[preset][1]["method"])
     return field, ("official-code", "paper-text" if field == "variant" else "paper")
 
 

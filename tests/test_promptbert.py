@@ -37,12 +37,12 @@ def test_presets_carry_the_official_scripts_settings():
         assert (cfg.max_seq_length, cfg.temp, cfg.eval_steps, cfg.metric, cfg.denoise) == \
             (32, 0.05, 125, "stsb_spearman", True)
         assert cfg.data == ("NLI" if "sup" in preset else "Wiki1M")
-        assert cfg.promptbert_options() == {"denoise_positions": "sentence", "promptbert_test": "plain",
+        assert PromptBERT.options_of(cfg).choices() == {"denoise_positions": "sentence", "promptbert_test": "plain",
                                             "promptbert_dev": "test"}
-    assert build_config("promptbert-bert", "paper", ["promptbert_variant=official-code"]).promptbert_options() == \
+    assert PromptBERT.options_of(build_config("promptbert-bert", "paper", ["promptbert_variant=official-code"])).choices() == \
         {"denoise_positions": "from-zero", "promptbert_test": "official", "promptbert_dev": "official"}
-    assert build_config("promptbert-bert", "paper", ["promptbert_variant=official-code", "promptbert_dev=test"]) \
-        .promptbert_options()["promptbert_dev"] == "test"
+    assert PromptBERT.options_of(build_config("promptbert-bert", "paper", ["promptbert_variant=official-code",
+                                                                           "promptbert_dev=test"])).choices()["promptbert_dev"] == "test"
     assert build_config("promptbert-bert", "cpu").batch_size == 64  # 8 steps on the cpu profile's 512 sentences
 
 
@@ -52,7 +52,7 @@ def test_presets_carry_the_official_scripts_settings():
     ({"projector": "batchnorm"}, "projector=mlp"),
     ({"mlm_transform": True}, "projector=none"),
     ({"denoise_positions": "middle"}, "denoise_positions"),
-    ({"promptbert_variant": "code"}, "promptbert_variant"),
+    ({"promptbert_variant": "code"}, "promptbert: unknown variant 'code'"),
     ({"promptbert_test": "evaluation.py"}, "promptbert_test"),
     ({"promptbert_dev": "denoised"}, "promptbert_dev"),
 ])
@@ -62,7 +62,7 @@ def test_settings_that_cannot_work_are_refused(changes, message):
 
 
 def test_template2_and_mlm_transform_belong_to_promptbert():
-    with pytest.raises(ValueError, match="PromptBERT's"):
+    with pytest.raises(ValueError, match="template2 is a setting of method promptbert"):
         build_config("simcse-bert", "smoke", {"template2": TEMPLATES["bert"][1]})
     cfg = build_config("promptroberta-sup-roberta", "smoke", {"mlm_transform": True, "projector": "none"})
     tokenizer, encoder = build_smoke_model("smoke-roberta")

@@ -241,10 +241,11 @@ def test_recipes_and_presets_carry_their_sources_values():
 
 
 @pytest.mark.parametrize("setting, message", [
-    ({"scd_dropout_low": 0.2, "scd_dropout_high": 0.1}, "scd_dropout_low <= scd_dropout_high"),
-    ({"scd_terms": "neither"}, "scd_terms"), ({"scd_reduction": "max"}, "scd_reduction"),
-    ({"scd_projector": "4096x4096"}, "joined by '-'"), ({"dropout": 0.1}, "scd_dropout_low / scd_dropout_high"),
-    ({"scd_temp": 0.0}, "scd_temp")])
+    ({"scd_dropout_low": 0.2, "scd_dropout_high": 0.1}, "scd: SCD's dropout rates need 0 <= dropout_low <= "
+                                                         "dropout_high"),
+    ({"scd_terms": "neither"}, "scd: unknown terms"), ({"scd_reduction": "max"}, "scd: unknown reduction"),
+    ({"scd_projector": "4096x4096"}, "joined by '-'"), ({"dropout": 0.1}, "scd.dropout_low / scd.dropout_high"),
+    ({"scd_temp": 0.0}, "scd: SCD's temp must be positive")])
 def test_bad_scd_settings_fail_clearly(setting, message):
     with pytest.raises(ValueError, match=message):
         build_config("scd-bert", "paper", setting)

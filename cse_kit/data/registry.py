@@ -233,3 +233,8 @@ def default_data_dir() -> Path:
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     return Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+
+
+def is_nli(source: str) -> bool:
+    """Whether training data `source` is NLI triplets: the NLI set, SNLI-triplets, or a triplet CSV of one's own."""
+    return source in ("NLI", SNLI_TRIPLETS) or source.endswith(".csv")

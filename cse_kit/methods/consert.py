@@ -36,9 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..eval.encode import check_pooler, pooled_output
 from .contrastive import gather_with_grad
-from .objective import Objective
+from ..data.registry import is_nli
+from ..eval.encode import POOLERS, PROMPT_POOLERS, check_pooler, pooled_output
+from .objective import Objective, check_choice, variant_choices
 from .registry import register
 
 #: augmentation -> what it does to one view (official transformers/modeling_bert.py of yym6472/ConSERT)
@@ -98,16 +99,6 @@ VARIANTS = {
 }
 
 
-def resolve_choices(cfg) -> dict:
-    """The paper-vs-code choices of a TrainConfig: explicit `consert_<choice>` settings over the variant's."""
-    out = dict(VARIANTS[cfg.consert_variant])
-    for name in out:
-        value = getattr(cfg, f"consert_{name}")
-        if value is not None:
-            out[name] = value
-    return out
-
-
 @dataclass
 class View:
     """The encoder inputs of one augmented view: what the official patch changes (modeling_bert.py:831-842)."""
@@ -151,6 +142,57 @@ class ConSERT(Objective):
     ConSERT's own: the augmented views, NT-Xent, no projector, and a test (and dev) pooler other than the training
     one."""
 
+    @dataclass
+    class Options:
+        """ConSERT's settings (defaults: the official unsup-consert-base.sh). It also reads the run's temp, pooler (its
+        training vector: avg, the mean of the last layer) and dropout (0.0 is the script's --no_dropout)."""
+
+        supervision: str = "none"  # none (contrastive only) | sbert (NLI cross-entropy only) | joint (both)
+        aug1: str = "feature_cutoff"  # view 1's augmentation (--da_final_1): AUGMENTATIONS
+        rate1: float = 0.2  # its rate (--cutoff_rate_final_1); 0 for none, shuffle and adversarial
+        aug2: str = "shuffle"  # view 2's augmentation (--da_final_2)
+        rate2: float = 0.0  # its rate (--cutoff_rate_final_2)
+        cl_rate: float = 0.15  # weight of the contrastive loss (--cl_rate)
+        noise_norm: float = 0.01  # the adversarial view's perturbation norm per token (what main.py:259 leaves)
+        test_pooler: str = "avg_top2"  # the evaluated and exported vector (README.md:72: last two layers' mean)
+        variant: str = "official-code"  # official-code | paper: the defaults of the seven choices below
+        cl_reduction: str | None = None  # mean (paper: the 2N losses averaged) | sum (code: two directions added)
+        unsup_scale: str | None = None  # plain (paper) | scaled (code: cl_rate multiplies the unsupervised loss)
+        nli_features: str | None = None  # sbert (paper: [u; v; |u - v|]) | sbert+max_square (code: + max(u, v)²)
+        dropout_aug: str | None = None  # bernoulli (paper) | exact (code: exactly int(n·d·rate) elements zeroed)
+        shuffle_positions: str | None = None  # model (paper) | from_zero (code: permutes arange; moves RoBERTa's)
+        test_truncation: str | None = None  # none (paper) | max_seq_length (code: eval.py cuts test sentences)
+        dev_pooler: str | None = None  # test (paper: the test vector selects) | training (code: the last layer's mean)
+
+        def __post_init__(self):
+            check_choice("supervision", self.supervision, SUPERVISION)
+            for view in (1, 2):
+                kind, rate = getattr(self, f"aug{view}"), getattr(self, f"rate{view}")
+                check_choice(f"aug{view}", kind, AUGMENTATIONS)
+                if (kind in RATED) != (0 < rate < 1):
+                    raise ValueError(f"aug{view} {kind} takes " + (f"a rate in (0, 1): set rate{view}" if kind in RATED
+                                     else f"no rate: set rate{view}=0") + f" (got {rate})")
+                if kind == "adversarial" and self.supervision != "joint":
+                    raise ValueError("ConSERT's adversarial view follows the NLI cross-entropy's gradient: set "
+                                     "supervision=joint")
+            if self.cl_rate < 0 or self.noise_norm <= 0:
+                raise ValueError("cl_rate must be >= 0 and noise_norm > 0")
+            check_choice("test_pooler", self.test_pooler, [p for p in POOLERS if p not in PROMPT_POOLERS])
+            check_choice("variant", self.variant, VARIANTS)
+            for name, choices in CHOICES.items():
+                check_choice(name, getattr(self, name), choices)
+
+    former_names = {f"consert_{name}": name for name in Options.__dataclass_fields__}
+
+    @classmethod
+    def check_run(cls, cfg) -> None:
+        if cfg.projector != "none":
+            raise ValueError("ConSERT has no projector (official main.py:189-197): set projector=none")
+        supervision = cfg.method_options["supervision"]
+        if (supervision == "none") == is_nli(cfg.data):
+            raise ValueError("ConSERT trains on a corpus with consert.supervision=none and on NLI triplets with sbert "
+                             f"or joint; got consert.supervision={supervision} on {cfg.data}")
+
     def __init__(self, encoder: nn.Module, *, augmentations=(("feature_cutoff", 0.2), ("shuffle", 0.0)),
                  supervision: str = "none", temp: float = 0.1, cl_rate: float = 0.15, noise_norm: float = 0.01,
                  pooler: str = "avg", test_pooler: str = "avg_top2", cl_reduction: str = "sum",
@@ -190,12 +232,13 @@ class ConSERT(Objective):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "ConSERT":
-        augmentations = ((cfg.consert_aug1, cfg.consert_rate1), (cfg.consert_aug2, cfg.consert_rate2))
-        choices = resolve_choices(cfg)
+        options = cls.options_of(cfg)
+        augmentations = ((options.aug1, options.rate1), (options.aug2, options.rate2))
+        choices = variant_choices(options, VARIANTS)
         truncation, dev = choices.pop("test_truncation"), choices.pop("dev_pooler")
-        return cls(encoder, augmentations=augmentations, supervision=cfg.consert_supervision, temp=cfg.temp,
-                   cl_rate=cfg.consert_cl_rate, noise_norm=cfg.consert_noise_norm, pooler=cfg.pooler,
-                   test_pooler=cfg.consert_test_pooler, **choices,
+        return cls(encoder, augmentations=augmentations, supervision=options.supervision, temp=cfg.temp,
+                   cl_rate=options.cl_rate, noise_norm=options.noise_norm, pooler=cfg.pooler,
+                   test_pooler=options.test_pooler, **choices,
                    test_max_length=cfg.max_seq_length if truncation == "max_seq_length" else None,
                    dev_pooler=cfg.pooler if dev == "training" else None)
 

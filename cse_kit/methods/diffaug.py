@@ -21,6 +21,8 @@ two sets of Houlsby adapters or of LoRA, one per view (cse_kit.models.adapters),
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -29,7 +31,7 @@ from ..models.adapters import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, 
                             merged_lora_average)
 from ..models.prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
-from .objective import Objective
+from .objective import Objective, check_choice, variant_choices
 from .registry import register
 from .semi import nli_cross_entropy
 
@@ -55,6 +57,43 @@ class DiffAug(Objective):
     classifier), the two prefix views, and the test model that attends both prefixes."""
 
     two_stages = True
+
+    @dataclass
+    class Options:
+        """DiffAug's settings (defaults: the paper; variant=official-code gives the official code's choices). Its
+        stages' shared settings are the run's: stage1_steps, stage1_lr, aux_weight, nli_data, nli_batch_size..."""
+
+        prefix_len: int = 8  # l: positions of each of the two prefixes (the official --prefix_len is 2l)
+        denoise: bool = True  # template denoising in stage 2 (official --apply_template_delta_train)
+        variant: str = "paper"  # paper | official-code: the defaults of the two choices below
+        denoise_offset: str | None = None  # sentence (paper) | sentence+prefix (official code)
+        stage1_clip: str | None = None  # trained (paper) | all (official code)
+        # Table 3: the module making the two views, prefix | adapter | lora (two sets, one per view), the adapters' /
+        # LoRA's rank r, and the prefix variants different (DiffAug) | same | fix | tuning
+        augmentation_module: str = "prefix"
+        module_rank: int = 4
+        prefix_mode: str = "different"
+
+        def __post_init__(self):
+            if self.prefix_len < 1 or self.module_rank < 1:
+                raise ValueError(f"prefix_len and module_rank must be >= 1, got {self.prefix_len} and "
+                                 f"{self.module_rank}")
+            check_choice("variant", self.variant, VARIANTS)
+            for name, choices in {**CHOICES, "augmentation_module": MODULES, "prefix_mode": PREFIX_MODES}.items():
+                check_choice(name, getattr(self, name), choices)
+            if self.prefix_mode != "different" and self.augmentation_module != "prefix":
+                raise ValueError(f"prefix_mode {self.prefix_mode} is a prefix variant (Table 3): set "
+                                 "augmentation_module=prefix")
+
+    former_names = {"diffaug_variant": "variant"}
+
+    @classmethod
+    def check_run(cls, cfg) -> None:
+        if not (cfg.template and cfg.pooler == "prompt_mask"):
+            raise ValueError("DiffAug reads the [MASK] of a prompt template: set pooler=prompt_mask and a template")
+        if (cfg.stage1_steps or cfg.aux_weight) and not cfg.nli_data:
+            raise ValueError("DiffAug's stage 1 and auxiliary loss train on NLI triplets: set nli_data (NLI, or "
+                             "SNLI-triplets offline)")
 
     def __init__(self, encoder: nn.Module, tokenizer, *, prefix_len: int = 8, temp: float = 0.05,
                  aux_weight: float = 0.0, denoise: bool = True, mlp: bool = True, template: str = PROMPTBERT_BERT,
@@ -98,10 +137,12 @@ class DiffAug(Objective):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffAug":
-        return cls(encoder, tokenizer, prefix_len=cfg.prefix_len, temp=cfg.temp, aux_weight=cfg.aux_weight,
-                   denoise=cfg.denoise, mlp=cfg.projector == "mlp", template=cfg.template,
-                   augmentation_module=cfg.augmentation_module, module_rank=cfg.module_rank,
-                   prefix_mode=cfg.prefix_mode, official_processes=cfg.official_processes, **cfg.diffaug_options())
+        options = cls.options_of(cfg)
+        return cls(encoder, tokenizer, prefix_len=options.prefix_len, temp=cfg.temp, aux_weight=cfg.aux_weight,
+                   denoise=options.denoise, mlp=cfg.projector == "mlp", template=cfg.template,
+                   augmentation_module=options.augmentation_module, module_rank=options.module_rank,
+                   prefix_mode=options.prefix_mode, official_processes=cfg.official_processes,
+                   **variant_choices(options, VARIANTS))
 
     # --- the parts of each stage -------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ gradient reaches the encoder through h. Only the encoder (with the projector) is
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,9 @@ from torch import nn
 from .contrastive import info_nce, init_like_official
 from .grad_cache import chunks
 from .edits import delete_tokens, insert_masks, pad_rows, unpad
+from ..data.registry import ORDERED_CORPORA
 from .masking import mlm_corrupt, special_token_ids
+from .objective import check_choice, variant_choices
 from .registry import register
 from .simcse import SimCSE
 
@@ -134,6 +137,51 @@ def generator_head_input(generator: nn.Module, ids: torch.Tensor, attention_mask
 
 @register("diffcse")
 class DiffCSE(SimCSE):
+    @dataclass
+    class Options:
+        """DiffCSE's settings (defaults: the official code's, voidism/DiffCSE run_diffcse.sh)."""
+
+        lambda_weight: float = 0.005  # λ, the weight of the RTD loss (Table 8)
+        mask_ratio: float = 0.30  # the generator's masking ratio (Table 7)
+        generator: str = "distilbert-base-uncased"  # the frozen masked LM that edits the sentence
+        variant: str = "official-code"  # official-code | paper-text: the defaults of the seven choices below
+        generator_output: str | None = None
+        generator_dropout: bool | None = None
+        rtd_reduction: str | None = None
+        condition: str | None = None
+        edited_padding: str | None = None
+        edit_views: str | None = None
+        masking: str | None = None
+        # the paper's objective ablations (Tables 3, 4, 15; ABLATIONS)
+        task: str = "rtd"  # rtd | cmlm | corrective | positive | negative
+        edit: str = "replace"  # replace | insert | delete | all
+        target: str = "same"  # same | next | same+next (next needs an ordered corpus)
+        contrastive: bool = True  # False: λ·L_task only ("w/o contrastive loss")
+
+        def __post_init__(self):
+            if not 0 < self.mask_ratio < 1:
+                raise ValueError(f"mask_ratio must be in (0, 1), got {self.mask_ratio}")
+            if self.lambda_weight < 0:
+                raise ValueError(f"lambda_weight (λ, the RTD weight) must be >= 0, got {self.lambda_weight}")
+            check_choice("variant", self.variant, VARIANTS)
+            for name, choices in {**CHOICES, **ABLATIONS}.items():
+                check_choice(name, getattr(self, name), choices)
+            check_ablation(self.task, self.edit, self.target, self.contrastive)
+
+        def choices(self) -> dict:
+            """The paper-vs-code choices (explicit settings over the variant's) and the ablation settings."""
+            return {**variant_choices(self, VARIANTS),
+                    **{name: getattr(self, name) for name in (*ABLATIONS, "contrastive")}}
+
+    former_names = {"lam": "lambda_weight"}
+
+    @classmethod
+    def check_run(cls, cfg) -> None:
+        target = cfg.method_options["target"]
+        if target != "same" and cfg.data not in ORDERED_CORPORA:
+            raise ValueError(f"target {target!r} needs the next sentence: train on an ordered corpus "
+                             f"({', '.join(ORDERED_CORPORA)}), not {cfg.data!r}")
+
     def __init__(self, encoder: nn.Module, generator: nn.Module | None, tokenizer, *, mask_ratio: float = 0.30,
                  lam: float = 0.005, generator_output: str = "argmax", generator_dropout: bool = True,
                  rtd_reduction: str = "mean", condition: str = "projector", edited_padding: str = "zero",
@@ -191,12 +239,12 @@ class DiffCSE(SimCSE):
     def from_config(cls, cfg, tokenizer, encoder) -> "DiffCSE":
         from .mlm_head import load_generator
 
-        options = cfg.diffcse_options()
+        options = cls.options_of(cfg)
         generator = None
-        if needs_generator(options["task"], options["edit"]):
-            generator = load_generator(cfg.generator, cfg.data_dir)
-        return cls(encoder, generator, tokenizer, mask_ratio=cfg.mask_ratio, lam=cfg.lam, **options,
-                   **cls.common_options(cfg))
+        if needs_generator(options.task, options.edit):
+            generator = load_generator(options.generator, cfg.data_dir)
+        return cls(encoder, generator, tokenizer, mask_ratio=options.mask_ratio, lam=options.lambda_weight,
+                   **options.choices(), **cls.common_options(cfg))
 
     def _condition_on_h(self, module, args, output):
         """Position 0 of the discriminator's embedding output (after LayerNorm and dropout) becomes h."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ from torch import nn
 from ..eval.encode import pooled_output
 from .contrastive import gather_with_grad, info_nce
 from .diffcse import generator_head_input
+from .objective import check_choice, variant_choices
 from .registry import register
 from .simcse import SimCSE
 
@@ -182,6 +184,38 @@ class ESimCSE(SimCSE):
     """Batch: input_ids / attention_mask of shape (batch, 2, length), the sentence twice (as unsupervised SimCSE),
     and example_index (batch,). View 0 stays the original x; view 1 becomes the extended positive x+."""
 
+    @dataclass
+    class Options:
+        """ESimCSE's settings (defaults: the paper's method; variant=official-code gives the official code's two
+        choices)."""
+
+        dup_rate: float = 0.32  # maximal repetition rate (Table 9)
+        dup_level: str = "subword"  # subword (the method) | word (Table 5)
+        length_extension: str = "repetition"  # repetition | stopword | mask | masked_prediction | none (Tables 4-6)
+        momentum: float = 0.995  # EMA coefficient of the momentum encoder
+        queue_size: int | None = None  # momentum queue length M; None: 2.5 x batch_size; 0: no momentum encoder
+        variant: str = "paper"  # paper | official-code: the defaults of the two choices below
+        dup_sampling: str | None = None  # paper (re-drawn each time, Eq. 3) | official (fixed per sentence)
+        momentum_init: str | None = None  # encoder (paper) | random (official code)
+        generator: str = "distilbert-base-uncased"  # the masked LM of length_extension=masked_prediction
+
+        def __post_init__(self):
+            if not 0 <= self.dup_rate <= 1:
+                raise ValueError(f"dup_rate must be in [0, 1], got {self.dup_rate}")
+            if not 0 <= self.momentum < 1:
+                raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+            if self.queue_size is not None and self.queue_size < 0:
+                raise ValueError(f"queue_size must be >= 0 (0: no momentum encoder) or unset (2.5 x batch_size), "
+                                 f"got {self.queue_size}")
+            check_choice("variant", self.variant, VARIANTS)
+            for name, choices in CHOICES.items():
+                check_choice(name, getattr(self, name), choices)
+
+        def queue_length(self, batch_size: int) -> int:
+            return round(QUEUE_PER_BATCH * batch_size) if self.queue_size is None else self.queue_size
+
+    former_names = {"esimcse_variant": "variant"}
+
     def __init__(self, encoder: nn.Module, tokenizer, *, dup_rate: float = 0.32, dup_level: str = "subword",
                  length_extension: str = "repetition", dup_sampling: str = "paper", momentum: float = 0.995,
                  momentum_init: str = "encoder", queue_size: int = 160, seed: int = 42,
@@ -219,16 +253,17 @@ class ESimCSE(SimCSE):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "ESimCSE":
+        options = cls.options_of(cfg)
         generator = None
-        if cfg.length_extension == "masked_prediction":
+        if options.length_extension == "masked_prediction":
             from .mlm_head import load_generator
 
-            generator = load_generator(cfg.generator, cfg.data_dir)
+            generator = load_generator(options.generator, cfg.data_dir)
         limit = encoder.config.max_position_embeddings - (2 if encoder.config.model_type == "roberta" else 0)
-        return cls(encoder, tokenizer, dup_rate=cfg.dup_rate, dup_level=cfg.dup_level,
-                   length_extension=cfg.length_extension, momentum=cfg.momentum, queue_size=cfg.esimcse_queue_size(),
-                   seed=cfg.seed, generator=generator, max_length=limit, **cfg.esimcse_options(),
-                   **cls.common_options(cfg))
+        return cls(encoder, tokenizer, dup_rate=options.dup_rate, dup_level=options.dup_level,
+                   length_extension=options.length_extension, momentum=options.momentum,
+                   queue_size=options.queue_length(cfg.batch_size), seed=cfg.seed, generator=generator,
+                   max_length=limit, **variant_choices(options, VARIANTS), **cls.common_options(cfg))
 
     def train(self, mode: bool = True) -> "ESimCSE":
         super().train(mode)

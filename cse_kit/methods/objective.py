@@ -36,7 +36,8 @@ def _parse_option(method: str, name: str, kind, value):
     """value (a --set string, or a Python value from a notebook) as the option's declared type."""
     allowed = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     base = next((t for t in (bool, int, float, str) if kind is t or t in typing.get_args(kind)), None)
-    if value is None and type(None) in typing.get_args(kind):
+    if type(None) in typing.get_args(kind) and (value is None or (isinstance(value, str) and value.strip().lower()
+                                                                   in ("none", "null"))):
         return None
     if base is None:
         return value
@@ -78,6 +79,20 @@ def resolve_options(cls: type, given: dict) -> dict:
         raise MethodError(f"method {method}: {error}") from None
 
 
+def variant_choices(options, variants: dict, names: dict | None = None) -> dict:
+    """The paper-vs-code choices of `options` (an Options with a `variant`): each explicit setting over its variant's
+    default. names: {a choice as `variants` names it: its option's name} where they differ."""
+    names = names or {}
+    return {choice: default if (value := getattr(options, names.get(choice, choice))) is None else value
+            for choice, default in variants[options.variant].items()}
+
+
+def check_choice(name: str, value, choices) -> None:
+    """One line naming the allowed values of setting `name` (None: the variant's choice)."""
+    if value is not None and value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of: {', '.join(choices)}")
+
+
 class Objective(nn.Module):
     """A contrastive objective around `encoder` (the plain Hugging Face model that is exported), and the one protocol
     between a method and the training loop: every hook the loop and the results store call is declared here, with
@@ -104,6 +119,20 @@ class Objective(nn.Module):
     stage = 2
     #: the length test and dev sentences are cut at (ConSERT's official evaluation); None: whole, as SentEval
     test_max_length: int | None = None
+    #: {a name an option had as a TrainConfig field before it moved into Options: the option}, for the kit's own
+    #: methods, so presets, notebooks' parameters, `--set lam=...`, saved run configs and resumes keep working and a
+    #: run's identity keeps its key (cse_kit.train.method_settings); an option not named here kept its name
+    former_names: dict[str, str] = {}
+
+    @classmethod
+    def check_run(cls, cfg) -> None:
+        """The method's demands on the run's shared settings (pooler, projector, template, data...): a ValueError of
+        one line naming the fix where one is not met. cfg.method_options holds the method's resolved options."""
+
+    @classmethod
+    def variant_of(cls, cfg) -> str:
+        """The run's paper-vs-code variant: its `variant` option, else "paper" (the kit's protocol)."""
+        return cfg.method_options.get("variant", "paper")
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str | None = "mlp",
                  temp: float = 0.05, options=None, tokenizer=None):
@@ -119,10 +148,13 @@ class Objective(nn.Module):
         self.options = options
 
     @classmethod
+    def options_of(cls, cfg):
+        """The run's Options instance (its method_options over the defaults), or None for a method without."""
+        return cls.Options(**resolve_options(cls, cfg.method_options)) if cls.Options is not None else None
+
+    @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "Objective":
-        values = resolve_options(cls, cfg.method_options)
-        options = cls.Options(**values) if cls.Options is not None else None
-        return cls(encoder, pooler=cfg.pooler, projector=cfg.projector, temp=cfg.temp, options=options,
+        return cls(encoder, pooler=cfg.pooler, projector=cfg.projector, temp=cfg.temp, options=cls.options_of(cfg),
                    tokenizer=tokenizer)
 
     # --- what is evaluated, exported, and selects the checkpoint ---

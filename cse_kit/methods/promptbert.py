@@ -16,6 +16,8 @@ them (train.py:686-693)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,7 +25,7 @@ from torch import nn
 from ..eval.encode import PROMPT_POOLERS
 from ..eval.prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
 from .contrastive import MLPProjector, info_nce, init_like_official, official_share
-from .objective import Objective
+from .objective import Objective, check_choice, variant_choices
 from .registry import register
 
 #: The official run scripts' template pairs in the kit's notation (Template): BERT run.sh:98-99, RoBERTa run.sh:80-81
@@ -49,6 +51,8 @@ CHOICES = {"denoise_positions": ("sentence", "from-zero"), "promptbert_test": ("
 VARIANTS = {"paper": {"denoise_positions": "sentence", "promptbert_test": "plain", "promptbert_dev": "test"},
             "official-code": {"denoise_positions": "from-zero", "promptbert_test": "official",
                               "promptbert_dev": "official"}}
+#: the option of each choice whose name differs
+OPTION_OF = {"promptbert_test": "test_vector", "promptbert_dev": "dev_vector"}
 
 
 def rewrap(input_ids: torch.Tensor, attention_mask: torch.Tensor, source: Template, target: Template,
@@ -86,6 +90,42 @@ class PromptBERT(Objective):
     `template2` the other views are re-wrapped in it (the official code does so for views 1 and 2:
     train.py:688-693, models.py:170-174)."""
 
+    @dataclass
+    class Options:
+        """PromptBERT's settings (defaults: the paper; variant=official-code gives the official code's choices). It
+        also reads the run's template (view 0's, and the test template), projector (mlp: Linear + tanh after the
+        denoising, training only | none) and pooler (prompt_mask | prompt_mask_denoised: the test vector)."""
+
+        template2: str | None = None  # the other views' template (unsupervised: the positive's); None: all in template
+        mlm_transform: bool = False  # BERT's pretrained MLM-head transform before the denoising (official sup-bert)
+        denoise: bool = True  # template denoising in training
+        variant: str = "paper"  # paper | official-code: the defaults of the three choices below
+        denoise_positions: str | None = None  # sentence (paper) | from-zero (official code)
+        test_vector: str | None = None  # the exported test vector: plain (paper) | official (evaluation.py's)
+        dev_vector: str | None = None  # the checkpoint selection's vector: test (paper) | official (the trainer's)
+
+        def __post_init__(self):
+            check_choice("variant", self.variant, VARIANTS)
+            for name, choices in CHOICES.items():
+                check_choice(name, getattr(self, OPTION_OF.get(name, name)), choices)
+
+        def choices(self) -> dict:
+            return variant_choices(self, VARIANTS, OPTION_OF)
+
+    former_names = {"promptbert_variant": "variant", "promptbert_test": "test_vector", "promptbert_dev": "dev_vector"}
+
+    @classmethod
+    def check_run(cls, cfg) -> None:
+        if not (cfg.template and cfg.pooler in PROMPT_POOLERS):
+            raise ValueError("PromptBERT reads the [MASK] of a prompt template: set a template and "
+                             f"pooler={' or '.join(PROMPT_POOLERS)}")
+        if cfg.projector not in ("mlp", "none"):
+            raise ValueError(f"PromptBERT's training head is projector=mlp (Linear + tanh) or none, got "
+                             f"{cfg.projector!r}")
+        if cfg.method_options["mlm_transform"] and cfg.projector == "mlp":
+            raise ValueError("mlm_transform replaces the MLP as the official code's head (models.py:57-61): set "
+                             "projector=none with it")
+
     def __init__(self, encoder: nn.Module, tokenizer, *, template: str = PROMPTBERT_BERT, template2: str | None = None,
                  temp: float = 0.05, denoise: bool = True, mlp: bool = True, mlm_transform: nn.Module | None = None,
                  hard_negative_weight: float = 0.0, pooler: str = "prompt_mask", denoise_positions: str = "sentence",
@@ -119,16 +159,17 @@ class PromptBERT(Objective):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "PromptBERT":
+        options = cls.options_of(cfg)
         transform = None
-        if cfg.mlm_transform:
+        if options.mlm_transform:
             if encoder.config.model_type != "bert":
                 raise ValueError(f"mlm_transform is BERT's MLM-head transform (the official code loads it for BERT "
                                  f"only, train.py:581-584); {cfg.model} is {encoder.config.model_type}")
             transform = bert_mlm_transform(cfg.model, cfg.data_dir)
-        return cls(encoder, tokenizer, template=cfg.template, template2=cfg.template2, temp=cfg.temp,
-                   denoise=cfg.denoise, mlp=cfg.projector == "mlp", mlm_transform=transform,
+        return cls(encoder, tokenizer, template=cfg.template, template2=options.template2, temp=cfg.temp,
+                   denoise=options.denoise, mlp=cfg.projector == "mlp", mlm_transform=transform,
                    hard_negative_weight=cfg.hard_negative_weight, pooler=cfg.pooler,
-                   official_processes=cfg.official_processes, **cfg.promptbert_options())
+                   official_processes=cfg.official_processes, **options.choices())
 
     def template_states(self, template: Template, lengths: torch.Tensor) -> torch.Tensor:
         """(len(lengths), hidden): the empty template's [MASK] state, its positions after the sentence slot moved by

@@ -7,6 +7,7 @@ together. There are no pairs across sentences. Only the encoder is exported."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,7 @@ from torch import nn
 
 from ..eval.encode import pooled_output
 from .contrastive import gather_with_grad, init_like_official
-from .objective import Objective
+from .objective import Objective, check_choice
 from .registry import register
 
 TERMS = {"both": "L_S + L_C (the method)", "self_contrast": "L_S only (Table 3, 'SCD (L_S)')",
@@ -111,6 +112,46 @@ class SCD(Objective):
     sentence (the data layer duplicates it), and view 0 is encoded once at each rate. SCD's own: the two dropout
     rates, its wide projector (the decorrelation term's, in place of a training projector) and its two terms."""
 
+    @dataclass
+    class Options:
+        """SCD's settings (defaults: the paper's BERT recipe; the official recipes are presets, VARIANTS)."""
+
+        dropout_low: float = 0.05  # r_A at every dropout site of view A (official hidden_dropout_prob)
+        dropout_high: float = 0.15  # r_B of view B (official hidden_dropout_prob_noise)
+        terms: str = "both"  # both | self_contrast | decorrelation: the loss terms used (Table 3)
+        self_contrast_weight: float = 1.0  # weight of L_S (official task_alpha; the paper has none, i.e. 1)
+        decorrelation_weight: float = 0.005  # weight of L_C (paper α, official task_beta)
+        lambda_weight: float = 0.013  # weight of the off-diagonal sum in L_C (paper λ, official task_lambda)
+        temp: float = 1.0  # L_S averages cos / temp: 1 in the paper, 0.05 in the official code
+        reduction: str = "mean"  # mean | sum of L_S over the batch (sum: the released checkpoints)
+        projector: str = "4096-4096-4096"  # widths of the projector's three layers (official --projector)
+        # paper | official-code | released-checkpoints: the recipe (the presets' values) and, off paper, the
+        # official code's optimizer
+        variant: str = "paper"
+
+        def __post_init__(self):
+            if not 0 <= self.dropout_low <= self.dropout_high < 1:
+                raise ValueError("SCD's dropout rates need 0 <= dropout_low <= dropout_high < 1, got "
+                                 f"{self.dropout_low} and {self.dropout_high}")
+            check_choice("terms", self.terms, TERMS)
+            check_choice("reduction", self.reduction, REDUCTIONS)
+            check_choice("variant", self.variant, VARIANTS)
+            if min(self.self_contrast_weight, self.decorrelation_weight, self.lambda_weight) < 0:
+                raise ValueError("self_contrast_weight, decorrelation_weight and lambda_weight must be >= 0")
+            if self.temp <= 0:
+                raise ValueError(f"SCD's temp must be positive, got {self.temp}")
+            parse_widths(self.projector)
+
+    former_names = {**{f"scd_{name}": name for name in ("dropout_low", "dropout_high", "terms", "self_contrast_weight",
+                                                        "decorrelation_weight", "temp", "reduction", "projector",
+                                                        "variant")}, "scd_lambda": "lambda_weight"}
+
+    @classmethod
+    def check_run(cls, cfg) -> None:
+        if cfg.dropout is not None:
+            raise ValueError("SCD sets the dropout of each view itself: leave dropout unset and use "
+                             "scd.dropout_low / scd.dropout_high")
+
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", dropout_low: float = 0.05,
                  dropout_high: float = 0.15, terms: str = "both", self_contrast_weight: float = 1.0,
                  decorrelation_weight: float = 0.005, lam: float = 0.013, temp: float = 1.0,
@@ -138,10 +179,11 @@ class SCD(Objective):
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "SCD":
-        return cls(encoder, pooler=cfg.pooler, dropout_low=cfg.scd_dropout_low, dropout_high=cfg.scd_dropout_high,
-                   terms=cfg.scd_terms, self_contrast_weight=cfg.scd_self_contrast_weight,
-                   decorrelation_weight=cfg.scd_decorrelation_weight, lam=cfg.scd_lambda, temp=cfg.scd_temp,
-                   reduction=cfg.scd_reduction, projector=cfg.scd_projector)
+        options = cls.options_of(cfg)
+        return cls(encoder, pooler=cfg.pooler, dropout_low=options.dropout_low, dropout_high=options.dropout_high,
+                   terms=options.terms, self_contrast_weight=options.self_contrast_weight,
+                   decorrelation_weight=options.decorrelation_weight, lam=options.lambda_weight, temp=options.temp,
+                   reduction=options.reduction, projector=options.projector)
 
     def encode(self, inputs: dict, rate: float) -> torch.Tensor:
         """Pooled sentence vectors of one encoder pass with every dropout site at `rate`."""

@@ -38,6 +38,11 @@ class SimCSE(Objective):
                 "hard_negative_weight": cfg.hard_negative_weight, "keep_projector": cfg.keep_projector}
 
     @classmethod
+    def variant_of(cls, cfg) -> str:
+        """SimCSE's is the run's simcse_variant; a method built on it says its own in its options."""
+        return cfg.method_options.get("variant", cfg.simcse_variant)
+
+    @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "SimCSE":
         return cls(encoder, official_processes=cfg.official_processes, **cls.common_options(cfg))
 

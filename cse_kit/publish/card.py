@@ -8,7 +8,8 @@ import math
 
 from ..data.published import PAPERS, paper_spec
 from ..experiments import PROFILE_NOTES, STS_COLUMNS, TRANSFER_COLUMNS
-from ..train.config import NOT_COMPUTING, OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig
+from ..train.config import NOT_COMPUTING, OFFICIAL_VARIANTS, TrainConfig
+from ..train.method_settings import former_layout, variant_field
 from ..train.export import ST_POOLING
 from ..train.presets import PRECISION_WORDS
 from .mteb_results import embed_dim, mteb_revision
@@ -42,8 +43,8 @@ def differences(run: Run) -> tuple[dict, dict]:
     ignored = (*NOT_COMPUTING, "seed", "profile")  # what computes nothing, and what the card says apart
     config = {k: v for k, v in run.config.items() if k not in ignored}
     try:
-        preset = build_config(run.preset, run.profile, {"seed": run.config.get("seed", 42)}).to_dict()
-        paper = build_config(run.preset, "paper", {"seed": run.config.get("seed", 42)}).to_dict()
+        preset = former_layout(build_config(run.preset, run.profile, {"seed": run.config.get("seed", 42)}).to_dict())
+        paper = former_layout(build_config(run.preset, "paper", {"seed": run.config.get("seed", 42)}).to_dict())
     except ValueError:
         return {}, {}
     def relevant(name):  # another method's settings (a profile sets SCD's projector for every run) are left out
@@ -59,12 +60,10 @@ def official_script(run: Run) -> str | None:
     """The official run an official-code variant reproduces, in the words of its training header."""
     from ..train.presets import official_run
 
-    field = VARIANT_FIELDS.get(run.method)
-    if run.config.get(field) not in OFFICIAL_VARIANTS:
+    if run.config.get(variant_field(run.method)) not in OFFICIAL_VARIANTS:
         return None
     try:
-        return official_run(TrainConfig(**{k: v for k, v in run.config.items()
-                                           if k in TrainConfig.__dataclass_fields__}))
+        return official_run(TrainConfig(**run.config))
     except (TypeError, ValueError):
         return None
 
@@ -234,7 +233,7 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
     yield ""
     yield "| | |"
     yield "|---|---|"
-    field = VARIANT_FIELDS.get(run.method)
+    field = variant_field(run.method)
     rows = [("method", f"{run.method} ({paper})"), ("preset", f"`{run.preset}`"),
             ("profile", f"`{run.profile}`: {PROFILE_NOTES.get(run.profile, '')}"),
             ("variant", f"`{field}={config.get(field)}`" if field else "–"),

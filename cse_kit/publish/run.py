@@ -7,7 +7,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..methods.errors import MethodError
 from ..results import CorruptRecord, ResultStore, UnreadableRecord
+from ..train.method_settings import former_layout
 from .origins import METHOD_PAPERS
 
 
@@ -27,6 +29,13 @@ class Run:
     summary: dict | None
     seeds: list[dict]
     data_dir: str | None = None
+
+    def __post_init__(self):
+        # the settings as the card names them: a kit method's under their field names (former_layout)
+        try:
+            self.config = former_layout(self.config)
+        except MethodError:  # a researcher's method not importable here: its options stay in method_options
+            pass
 
     @property
     def profile(self) -> str:

@@ -4,9 +4,10 @@ code and which files, under which evaluation protocol. A record's key is the dig
 configuration digest is the same without the seed, so "this configuration under other seeds" is one comparison
 (ResultStore.same_configuration) that cannot mix two versions of a researcher's method or two data files.
 
-Key schemes: 1 hashed every setting but output_dir, data_dir and log_with; 2 (KEY_SCHEME) leaves out every
-NOT_COMPUTING setting and hashes a user's NLI file too. A store keyed under an older scheme is re-keyed in place once
-(cse_kit.results.upgrade)."""
+Key schemes: 1 hashed every setting but output_dir, data_dir and log_with; 2 leaves out every NOT_COMPUTING setting
+and hashes a user's NLI file too; 3 (KEY_SCHEME) hashes a method's own settings as its Options (method_options),
+and no other method's. A store keyed under an older scheme is re-keyed in place once (cse_kit.results.upgrade), and
+so are records computed by code that the whole `cse-kit doctor` found to give the same numbers (code_lineage.json)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ RESULT_CODE = ("methods", "train", "eval", "data", "models")
 #: cse_kit.eval.mteb_eval.WRAPPER_DIGEST) and the reader of the papers' published numbers
 OUTSIDE_RESULT_CODE = ("eval/mteb_eval.py", "data/published.py")
 #: The key scheme this release writes (the module's docstring); records say theirs in `key_scheme`.
-KEY_SCHEME = 2
+KEY_SCHEME = 3
 #: The kinds of evaluation_sample: how much of the STS test and of the transfer sets an evaluation reads.
 SAMPLES = ("sts_sample", "transfer_sample")
 #: The files of a run whose content its identity holds, by the TrainConfig field that names them: a user's
@@ -90,7 +91,8 @@ def computing_settings(settings: dict) -> dict:
 
 
 def subject_dict(subject: TrainConfig | Pretrained, cuda: bool | None = None) -> dict:
-    """The subject's part of its identity, as its record holds it (`subject`). mixed_precision is the precision the
+    """The subject's part of its identity, as its record holds it (`subject`): its computing settings, the method's
+    own as its Options (method_options). mixed_precision is the precision the
     run trains in (resolve_precision: `auto` is bf16 or fp32 on a CPU by its bf16 unit, bf16 on a GPU; fp16 is fp32
     on a CPU), so a store shared by machines that resolve a setting differently never shows one machine's run for
     another's. cuda: whether the run trains on a GPU, None for this machine (True for the GPU jobs a SLURM submitter

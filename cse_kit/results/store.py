@@ -305,7 +305,7 @@ class ResultStore:
         record["digest"] = content_digest(record)
         write_json_atomic(self.record_path(record["key"]), record)
         if not (self.root / STORE_FILE).is_file():  # after the record: a store file never names an empty store
-            write_json_atomic(self.root / STORE_FILE, {"key_scheme": KEY_SCHEME})
+            write_json_atomic(self.root / STORE_FILE, {"key_scheme": KEY_SCHEME, "code": code_version()})
         if record["metrics"]:  # the replacement of a set-aside record holds numbers: the old one may go
             set_aside.replaced(self, record["key"])
 

@@ -14,13 +14,9 @@ from ..data import (
     DataError, load_corpus, load_nli_triplets, load_sentence_pairs, load_snli_triplets, load_sts_texts,
     resolve_data_dir,
 )
-from ..data.registry import BUILT_SOURCES, ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS, STS_TEXTS
+from ..data.registry import BUILT_SOURCES, ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS, STS_TEXTS, is_nli
 from ..io import ensure_dir, remove, writing
 from ..progress import Steps, in_kernel
-
-
-def is_nli(source: str) -> bool:
-    return source in ("NLI", SNLI_TRIPLETS) or source.endswith(".csv")
 
 
 def load_examples(source: str, data_dir=None, max_examples: int | None = None) -> list[tuple[str, ...]]:

@@ -46,6 +46,7 @@ from .launch import check_processes
 from .optim import build_optimizer, fused_update, set_weight_decay, stage_gradients
 from .precision import build_accelerator
 from .preemption import StopVote
+from .method_settings import former_layout
 from .presets import official_run, precision_words
 from .tracking import RunTrackers
 
@@ -66,7 +67,9 @@ NEW_CHECKPOINT = ".checkpoint.new"
 
 
 def training_changes(old: dict, new: dict) -> dict:
-    """{key: [old, new]} for the settings that compute (NOT_COMPUTING: where and how often are free to differ)."""
+    """{key: [old, new]} for the settings that compute (NOT_COMPUTING: where and how often are free to differ), a
+    configuration saved before a kit method's settings moved into its Options read as it is now (former_layout)."""
+    old, new = former_layout(old) if old else old, former_layout(new)
     return {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new))
             if k not in NOT_COMPUTING and old.get(k) != new.get(k)}
 

@@ -10,7 +10,8 @@ from ..data.registry import STS_TEXTS
 from ..eval.prompt import PROMPTBERT_BERT
 from ..methods.promptbert import TEMPLATES as PROMPTBERT_TEMPLATES
 from ..methods.scd import VARIANTS as SCD_VARIANTS
-from .config import OFFICIAL_PRECISION, OFFICIAL_VARIANTS, VARIANT_FIELDS, TrainConfig, apply_overrides
+from .config import OFFICIAL_PRECISION, OFFICIAL_VARIANTS, TrainConfig, apply_overrides
+from .method_settings import former_defaults, takes, variant_field
 from .optim import OPTIMIZERS
 from .precision import unit_words
 
@@ -385,9 +386,12 @@ def resolve_generator(name: str, profile: str) -> str:
 
 
 def variant_of(values: dict) -> str:
-    """The variant of the method of a preset's settings (its VARIANT_FIELDS field, else that field's default)."""
-    field = VARIANT_FIELDS.get(values["method"])  # none for a researcher's method: the kit's protocol
-    return values.get(field, TrainConfig.__dataclass_fields__[field].default) if field else "paper"
+    """The variant of the method of a preset's settings (its variant_field, else that field's default)."""
+    field = variant_field(values["method"])  # none for a researcher's method: the kit's protocol
+    if field is None:
+        return "paper"
+    own = TrainConfig.__dataclass_fields__
+    return values.get(field, own[field].default if field in own else former_defaults()[field])
 
 
 def _resolve_variant_settings(values: dict, preset: str) -> dict:
@@ -402,7 +406,7 @@ def _resolve_variant_settings(values: dict, preset: str) -> dict:
         if isinstance(value, dict) and key not in ("extra", "method_options"):
             if variant not in value:
                 raise ValueError(f"{preset} has no {variant} recipe ({key} is given for {', '.join(value)} only): "
-                                 f"choose {VARIANT_FIELDS[values['method']]}={' or '.join(value)}")
+                                 f"choose {variant_field(values['method'])}={' or '.join(value)}")
             value = value[variant]
         out[key] = value
     if variant in OFFICIAL_VARIANTS:
@@ -425,7 +429,7 @@ def official_run(cfg: TrainConfig) -> str | None:
                                                           f"DDP averages it over the official {n}")
     what = ("steps as set" if not cfg.official_code() else f"reproduces {script}" if script else
             "the official code's training (no official script behind this configuration)")
-    return (f"{VARIANT_FIELDS[cfg.method]}={cfg.variant_name()}: {what}; {n} official process"
+    return (f"{variant_field(cfg.method)}={cfg.variant_name()}: {what}; {n} official process"
             f"{'es' if n > 1 else ''} ({scale}; here on any number); optimizer {optimizer}: {OPTIMIZERS[optimizer]}"
             + ("" if cfg.weight_decay is None else f"; weight decay set to {cfg.weight_decay}"))
 
@@ -484,8 +488,13 @@ def build_config(preset: str, profile: str = "paper", overrides: list[str] | dic
         values.update(overrides)
     elif overrides:
         values = apply_overrides(values, overrides)
-    values = _semi_strategy_defaults(values, prof, set(overrides or ()) if isinstance(overrides, dict)
-                                     else {o.partition("=")[0].strip().replace("-", "_") for o in overrides or ()})
+    given = set(overrides or ()) if isinstance(overrides, dict) else \
+        {o.partition("=")[0].strip().replace("-", "_") for o in overrides or ()}
+    # what the preset and the profile set that the run's method does not take (the profile's generator in a SimCSE
+    # run, DiffCSE's λ where a row trains its preset's SimCSE) is left out; what the caller gives is checked
+    fields = TrainConfig.__dataclass_fields__
+    values = {k: v for k, v in values.items() if k in given or takes(values["method"], k, fields)}
+    values = _semi_strategy_defaults(values, prof, given)
     if values.get("nli_data") == "NLI":  # "NLI" is the profile's NLI triplets (a stand-in offline)
         values["nli_data"] = prof["nli_data"]
     values = _resolve_variant_settings(values, preset)

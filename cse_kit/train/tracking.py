@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..io import write_json_atomic
 from .config import NOT_COMPUTING
+from .method_settings import former_layout
 
 #: the trackers a run logs to when its log_with is unset (comma-separated names, or `none`)
 LOG_WITH_ENV = "CSE_KIT_LOG_WITH"
@@ -77,9 +78,12 @@ def run_name(cfg) -> str:
         base = build_config(cfg.preset, cfg.profile or "paper").to_dict() if cfg.preset else {}
     except ValueError:  # a profile that cannot build the preset: every setting is then its own
         base = {}
-    differs = [f"{k}={v}" for k, v in cfg.to_dict().items() if k != "method_options"
+    # a kit method's settings under the names people know them by (lam=0.01), a researcher's as <method>.<option>
+    settings, base = former_layout(cfg.to_dict()), former_layout(base) if base else {}
+    differs = [f"{k}={v}" for k, v in settings.items() if k != "method_options"
                and k not in unnamed and (not base or base.get(k) != v) and (base or k in ("method", "model"))]
-    differs += [f"{k}={v}" for k, v in method_options(cfg).items()]
+    base_options = base.get("method_options", {})
+    differs += [f"{cfg.method}.{k}={v}" for k, v in settings["method_options"].items() if base_options.get(k) != v]
     return " ".join([cfg.preset or cfg.method, *differs, f"seed={cfg.seed}"])
 
 
