@@ -470,3 +470,25 @@ def test_without_a_token_offline_unreachable_or_refused_it_says_so_in_one_line_a
             [line] = capsys.readouterr().err.splitlines()
             assert line.startswith("cse-kit: not published: ") and words in line and str(out) in line, line
     assert not hub.commits
+
+
+def test_a_plugin_method_gets_a_semi_supervised_strategy_gradient_caching_and_its_own_citation(data_dir, tmp_path,
+                                                                                              own_methods):
+    """A researcher's method gets what the kit's get: a semi-supervised strategy around it (--set semi_strategy),
+    its step cached (--set grad_cache), and the paper and BibTeX its class declares on the published card."""
+    path = _plugin(tmp_path, "cited_margin")
+    path.write_text(path.read_text().replace('class Method(Objective):\n', 'class Method(Objective):\n'
+                                             '    paper = "Margins for SimCSE (2026)"\n'
+                                             '    citation = "@article{margin2026, title={Margins for SimCSE}}"\n'))
+    registry.import_plugin(str(path))
+    run = tmp_path / "run"
+    summary = train_outside_a_store(run, data_dir, "method=cited_margin", "cited_margin.margin=0.2", "max_steps=2",
+                                    "eval_steps=2", "semi_strategy=sup-joint", "nli_data=SNLI-triplets",
+                                    "stage1_steps=2", "aux_weight=0.1", "grad_cache=4")
+    config = summary["config"]
+    assert (config["semi_strategy"], config["grad_cache"], config["method_options"]["margin"]) == ("sup-joint", 4, 0.2)
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert {r.get("stage") for r in log if "loss" in r} >= {1} and any("nli" in r for r in log if r.get("stage") != 1)
+    card = pub.publish(str(run), tmp_path / "out").card
+    assert "`cited_margin`, a method of one's own (Margins for SimCSE (2026)), as its class cites it:" in card
+    assert "@article{margin2026, title={Margins for SimCSE}}" in card

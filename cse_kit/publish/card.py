@@ -14,7 +14,7 @@ from ..train.export import ST_POOLING
 from ..train.presets import PRECISION_WORDS
 from .mteb_results import embed_dim, mteb_revision
 from .numbers import mteb_values, over_seeds, paper_numbers, sts_sample, sts_values, transfer_values
-from .origins import BASE_MODELS, DATASETS, citations, method_papers, method_words
+from .origins import BASE_MODELS, DATASETS, citations, declared_paper, method_papers, method_words
 from .run import Run, model_name
 
 #: the prefix of each method's own settings in TrainConfig
@@ -279,10 +279,16 @@ def _body(run: Run, kind, repo_id, data, refusal, difference, mteb_dir, license=
         yield cite[paper_key]["bibtex"]
         yield "```"
     else:
-        yield f"The method is {paper}, from no paper yet; " + (
+        _, bibtex = declared_paper(run.method)
+        yield f"The method is {paper}" + (", as its class cites it:" if bibtex else ", from no paper yet;") + " " + (
             f"its source's digest, as the run's {'record' if run.record else 'summary.json'} holds it: "
             f"`{run.method_source}`." if run.method_source else
             "the run's summary.json holds no digest of its source (trained before cse-kit stored it).")
+        if bibtex:
+            yield ""
+            yield "```bibtex"
+            yield bibtex.strip()
+            yield "```"
     if baselines:
         yield ""
         yield "Its baselines: " + ", ".join(cite[b]["paper"] for b in baselines) + "."

@@ -20,10 +20,26 @@ def method_papers(method: str) -> tuple[str | None, tuple]:
     return METHOD_PAPERS.get(method, OWN_METHOD_PAPERS)
 
 
+def declared_paper(method: str) -> tuple[str | None, str | None]:
+    """(paper, BibTeX) a method of one's own declares on its class (Objective.paper, .citation); (None, None) where
+    it declares none or is not importable here."""
+    from ..methods.errors import MethodError
+    from ..methods.registry import method_class
+
+    try:
+        cls = method_class(method)
+    except MethodError:
+        return None, None
+    return cls.paper, cls.citation
+
+
 def method_words(method: str) -> str:
-    """How a card names a method's origin: its paper, or a method of one's own."""
+    """How a card names a method's origin: its paper, or a method of one's own (with the paper it declares)."""
     paper_key, _ = method_papers(method)
-    return citations()[paper_key]["paper"] if paper_key else f"`{method}`, a method of one's own"
+    if paper_key:
+        return citations()[paper_key]["paper"]
+    paper, _ = declared_paper(method)
+    return f"`{method}`, a method of one's own" + (f" ({paper})" if paper else "")
 
 
 #: a model reference of the profiles -> (its Hub id, its licence); a base model not listed has no known licence
