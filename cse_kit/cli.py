@@ -668,8 +668,68 @@ def cmd_doctor(args) -> int:
         return 2
 
 
+def add_tune(sub) -> None:
+    from .experiments.tuning import SPACE_SYNTAX
+    from .train import PRESETS
+    from .train.presets import PROFILES
+
+    p = _command(sub, "tune", "Search a preset's settings with Optuna (seeded TPE) at a budget of trials, each a run "
+                              "of the results store selected on its dev score; then test the chosen configuration "
+                              "over seeds.", cmd_tune,
+                 epilog='e.g. cse-kit tune --preset diffcse-bert-sts --profile smoke --trials 8 --space '
+                        '"lr=log(1e-5,1e-4); temp=(0.02,0.1); diffcse.lambda_weight=log(1e-3,1e-1)"')
+    p.add_argument("--preset", required=True, choices=list(PRESETS))
+    p.add_argument("--profile", default="auto", choices=["auto", *PROFILES])
+    p.add_argument("--space", required=True, help=f"the settings searched: {SPACE_SYNTAX}")
+    p.add_argument("--trials", type=int, required=True, help="the study's total number of trials (a rerun finishes "
+                                                            "what is missing; one that finds them all trains nothing)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a setting every trial takes (repeatable)")
+    p.add_argument("--seed", type=int, default=1, help="the trials' training seed and the sampler's (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes on the one study")
+    p.add_argument("--storage", help="Optuna storage: a database URL (postgresql://user:pass@host/db), "
+                                     "journal:PATH (a journal file on a shared file system); default: "
+                                     "studies.sqlite3 beside the results store")
+    p.add_argument("--study", help="the study's name (default: from what it searches)")
+    p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
+                   help="how often a running trial says it is alive (default 30); one silent for 4 times as long is "
+                        "taken for a killed worker's and run again")
+    p.add_argument("--test-seeds", metavar="S[,S]", help="after the study, train the chosen configuration with these "
+                                                         "seeds and test it (STS test); the study itself reads no "
+                                                         "test set")
+    _results_dir_arg(p)
+    _data_dir_arg(p)
+
+
+def cmd_tune(args) -> int:
+    from .experiments import chosen_profile
+    from .experiments.tuning import Study, chosen_on_test, parse_space, run, trial_table
+    from .publish.numbers import over_seeds
+
+    if args.trials < 1:
+        raise ValueError(f"--trials is the study's total: give 1 or more, got {args.trials}")
+    study = Study(args.preset, chosen_profile(args.profile), parse_space(args.space), args.trials, args.set or [],
+                  args.seed, args.results_dir, args.data_dir, args.storage, args.study,
+                  (args.heartbeat, 4 * args.heartbeat))
+    trials = run(study, args.workers)
+    print(f"study {study.name} ({study.storage_url() if args.storage is None else 'storage given'}): "
+          f"{len(trials)} trials")
+    print(trial_table(trials))
+    done = [t for t in trials if t["state"] == "complete"]
+    if done:
+        chosen = max(done, key=lambda t: t["value"])
+        print(f"chosen: trial {chosen['number']}, dev {chosen['value']:.4f}: "
+              + " ".join(f"{k}={v}" for k, v in chosen["params"].items()))
+    if args.test_seeds:
+        seeds = [int(s) for s in args.test_seeds.split(",")]
+        records = chosen_on_test(study, seeds)
+        scores = [r["metrics"]["sts_test"]["avg"] for r in records]
+        mean, std, n = over_seeds(scores)
+        print(f"test (STS avg, {n} seeds {seeds}): {mean:.2f} ± {std:.2f}")
+    return 0
+
+
 COMMANDS = (add_data, add_eval, add_train, add_fit_mlm_head, add_export_st, add_publish, add_report, add_status,
-            add_doctor)
+            add_doctor, add_tune)
 
 
 def build_parser() -> argparse.ArgumentParser:

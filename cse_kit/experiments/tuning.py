@@ -1,0 +1,358 @@
+"""Equal tuning budget: a method's settings searched with Optuna (seeded TPE), every trial a run of the results
+store, its objective the run's own checkpoint-selection dev score (`metric`, STS-B dev by default), so a study reads
+no test set. Only the chosen configuration is then tested, over seeds (chosen_on_test).
+
+A study is named by what it searches (preset, profile, base settings, space, seed, metric) and stored in Optuna's
+storage: by default a SQLite file beside the results store, a URL for a lab's database (postgresql://...), or
+`journal:PATH`, Optuna's journal file for a shared file system. `trials` is the study's total: a rerun that finds them
+finished samples nothing, and a trained trial is a store record, so it never trains twice. Workers (local processes,
+or SLURM jobs) share one study: they ask for trials under a lock beside the store, so the study holds exactly
+`trials` trials that count (complete, running or waiting). A killed worker's trial stops sending its heartbeat; the
+next worker to ask marks it failed and enqueues its parameters again (RetryHeartbeatStaleTrialCallback), so it is run
+again, resuming its run from the run's checkpoint, never lost or counted twice (SQLite and PostgreSQL; the journal
+file has no heartbeat: a worker killed there leaves its trial running until `--fail-running`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..results import ResultStore
+from ..train.config import METRICS
+from ..train.presets import build_config
+
+#: the storage of a study when none is given: beside the results store
+DEFAULT_STORAGE = "studies.sqlite3"
+#: seconds between a running trial's heartbeats, and after which a silent one is taken for dead
+HEARTBEAT = (30, 120)
+#: what `metric` may not be: a test set (a study selects on dev data only)
+TEST_WORDS = ("test",)
+
+
+class TuneError(ValueError):
+    """A study that cannot start, in one line that names the fix."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched setting: a float range (log or uniform), an integer range, or a list of choices."""
+
+    name: str
+    kind: str  # float | int | categorical
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple = ()
+
+    def suggest(self, trial):
+        if self.kind == "categorical":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+
+    def ends(self) -> list:
+        """The values that bound the dimension (each is checked against the setting before a trial runs)."""
+        return list(self.choices) if self.kind == "categorical" else [self.low, self.high]
+
+
+_RANGE = re.compile(r"^(log|int|intlog)?\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)$")
+SPACE_SYNTAX = ("name=log(a,b) (log-uniform float), name=(a,b) (uniform float), name=int(a,b), name=intlog(a,b), "
+                "name=[x,y,z] (choices); dimensions separated by ';'")
+
+
+def parse_space(text: str) -> list[Dimension]:
+    """A space as `cse-kit tune --space` writes it: 'lr=log(1e-5,1e-4); temp=(0.02,0.1); diffcse.lambda_weight=...'."""
+    dims = []
+    for part in [p.strip() for p in text.split(";") if p.strip()]:
+        name, sep, spec = (x.strip() for x in part.partition("="))
+        if not sep or not name:
+            raise TuneError(f"bad space dimension {part!r}: write {SPACE_SYNTAX}")
+        dims.append(_dimension(name, spec, part))
+    if not dims:
+        raise TuneError(f"the space is empty: write {SPACE_SYNTAX}")
+    names = [d.name for d in dims]
+    if len(set(names)) != len(names):
+        raise TuneError(f"the space names a setting twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    return dims
+
+
+def _dimension(name: str, spec: str, part: str) -> Dimension:
+    if spec.startswith("[") and spec.endswith("]"):
+        choices = tuple(_value(x.strip()) for x in spec[1:-1].split(",") if x.strip())
+        if len(choices) < 2:
+            raise TuneError(f"{part!r}: a list of choices needs two or more")
+        return Dimension(name, "categorical", choices=choices)
+    match = _RANGE.match(spec)
+    if not match:
+        raise TuneError(f"bad space dimension {part!r}: write {SPACE_SYNTAX}")
+    how, low, high = match.groups()
+    try:
+        low, high = float(low), float(high)
+    except ValueError:
+        raise TuneError(f"{part!r}: the bounds must be numbers") from None
+    if not low < high:
+        raise TuneError(f"{part!r}: the lower bound must be below the upper")
+    log = how in ("log", "intlog")
+    if log and low <= 0:
+        raise TuneError(f"{part!r}: a log range needs a lower bound > 0")
+    if how in ("int", "intlog"):
+        if low != int(low) or high != int(high):
+            raise TuneError(f"{part!r}: an integer range needs integer bounds")
+        return Dimension(name, "int", low, high, log)
+    return Dimension(name, "float", low, high, log)
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text.strip("'\""))
+
+
+def _setting(name: str, value) -> str:
+    return f"{name}={value!r}" if isinstance(value, float) else f"{name}={value}"
+
+
+@dataclass
+class Study:
+    """What a study searches and where it is kept (everything a worker process needs)."""
+
+    preset: str
+    profile: str
+    space: list
+    trials: int
+    overrides: list  # `key=value` settings every trial takes
+    seed: int
+    results_dir: str | None
+    data_dir: str | None
+    storage: str | None = None  # None: DEFAULT_STORAGE beside the results store
+    name: str | None = None  # None: named by what it searches
+    heartbeat: tuple = HEARTBEAT
+
+    def __post_init__(self):
+        self.space = [d if isinstance(d, Dimension) else Dimension(**{**d, "choices": tuple(d.get("choices", ()))})
+                      for d in self.space]
+        self.name = self.name or self.default_name()
+
+    def default_name(self) -> str:
+        what = {"preset": self.preset, "profile": self.profile, "overrides": sorted(self.overrides),
+                "space": [asdict(d) for d in self.space], "seed": self.seed}
+        return f"{self.preset}-{self.profile}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]}"
+
+    def config(self, params: dict, seed: int | None = None):
+        """The run of a trial's parameters (the study's seed unless another is given)."""
+        settings = [*self.overrides, *(_setting(k, v) for k, v in params.items()), f"seed={self.seed if seed is None else seed}"]
+        return build_config(self.preset, self.profile, settings)
+
+    def store(self, notify=None) -> ResultStore:
+        return ResultStore(self.results_dir, self.data_dir, notify=notify or (lambda line: None))
+
+    def storage_url(self) -> str:
+        if self.storage:
+            return self.storage
+        root = Path(self.results_dir) if self.results_dir else self.store().root
+        root.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(root / DEFAULT_STORAGE).resolve()}"
+
+    def lock_path(self) -> Path:
+        root = self.store().root
+        return root / "locks" / f"study-{self.name}.lock"
+
+
+def check(study: Study) -> None:
+    """Everything that would stop a trial, refused in one line before any runs: a setting the method does not have,
+    a bound the setting does not accept, a test set as the objective, a storage that does not answer."""
+    base = study.config({})
+    if any(word in base.metric for word in TEST_WORDS) or base.metric not in METRICS:
+        raise TuneError(f"a study selects on dev data only: metric {base.metric!r} is not one of {', '.join(METRICS)}")
+    for dim in study.space:
+        for value in dim.ends():
+            try:
+                study.config({dim.name: value})
+            except (TypeError, ValueError) as error:
+                raise TuneError(f"space dimension {dim.name}: {value!r} is refused by the run ({error})") from None
+    open_storage(study)
+
+
+def open_storage(study: Study):
+    """Optuna's storage of the study: RDB (SQLite, PostgreSQL...) with a heartbeat that re-runs a dead worker's trial,
+    or a journal file; one line naming the URL where it does not answer."""
+    import optuna
+
+    url = study.storage_url()
+    try:
+        if url.startswith("journal:"):
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(url.partition(":")[2]))
+        interval, grace = study.heartbeat
+        return optuna.storages.RDBStorage(
+            url, heartbeat_interval=interval, grace_period=grace,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3))
+    except Exception as error:  # sqlalchemy's and the driver's errors: a storage that cannot be reached or read
+        words = str(error).splitlines()[0][:300]
+        raise TuneError(f"the study's storage {_safe(url)} does not answer ({type(error).__name__}: {words}); check the "
+                        "URL, that the database runs and that its driver is installed (PostgreSQL: pip install "
+                        "'psycopg[binary]')") from None
+
+
+def _safe(url: str) -> str:
+    """A storage URL without its password."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def _quiet_optuna() -> None:
+    """Optuna's notes on its experimental heartbeat and on heartbeats outside Study.optimize: the kit asks and tells
+    itself (next_trial, under a lock) and runs the heartbeat as optimize does (work)."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def load(study: Study):
+    import optuna
+
+    _quiet_optuna()
+    return optuna.create_study(study_name=study.name, storage=open_storage(study), sampler=sampler(study.seed, 0),
+                               direction="maximize", load_if_exists=True)
+
+
+def sampler(seed: int, place: int):
+    """Optuna's TPE, seeded by the study's seed and the place of the trial it draws."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed * 1_000_003 + place)
+
+
+#: the states of the trials that count toward a study's total (a failed trial is replaced)
+def _counting_states():
+    from optuna.trial import TrialState
+
+    return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+
+
+def counted(optuna_study) -> int:
+    return len(optuna_study.get_trials(deepcopy=False, states=_counting_states()))
+
+
+def next_trial(study: Study, optuna_study):
+    """A trial to run, or None when the study holds its total: asked under the study's lock, after the trials of dead
+    workers are failed (and their parameters enqueued again), so two workers never overshoot the total."""
+    import optuna
+    from filelock import FileLock
+
+    from optuna.trial import TrialState
+
+    path = study.lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path)):
+        optuna.storages.fail_stale_trials(optuna_study)  # a storage without heartbeats (the journal) has none
+        waiting = optuna_study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if not waiting and counted(optuna_study) >= study.trials:
+            return None
+        # the sampler seeded by the trial's place in the study: workers (each with its own sampler) never draw the
+        # same parameters, and a study's n-th trial is drawn the same way whichever worker asks for it
+        optuna_study.sampler = sampler(study.seed, len(optuna_study.get_trials(deepcopy=False)))
+        return optuna_study.ask()
+
+
+def run_trial(study: Study, trial, store: ResultStore) -> float:
+    """Train the trial's run in the store (a run it has is read, not trained) and return its dev score."""
+    params = {dim.name: dim.suggest(trial) for dim in study.space}
+    cfg = study.config(params)
+    record = store.get(cfg, ())
+    trial.set_user_attr("key", record["key"])
+    trial.set_user_attr("steps", record["train"]["steps"])
+    trial.set_user_attr("train_seconds", record.get("timings", {}).get("train_train_s"))
+    return float(record["train"]["best"])
+
+
+def work(study: Study) -> int:
+    """One worker: trials until the study holds its total; the number it ran."""
+    from optuna.trial import TrialState
+
+    from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around each trial
+
+    optuna_study, store, ran = load(study), study.store(), 0
+    while (trial := next_trial(study, optuna_study)) is not None:
+        try:
+            with get_heartbeat_thread(trial._trial_id, optuna_study._storage):
+                value = run_trial(study, trial, store)
+        except Exception as error:  # a run that fails is a failed trial, replaced by another; the study goes on
+            optuna_study.tell(trial, state=TrialState.FAIL)
+            trial_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            print(f"trial {trial.number} failed: {trial_error}", file=sys.stderr)
+            continue
+        optuna_study.tell(trial, value)
+        ran += 1
+    return ran
+
+
+def run(study: Study, workers: int = 1, say=print) -> list[dict]:
+    """The study to its total with `workers` local processes (1: this one); its trials, as summary() gives them."""
+    check(study)
+    load(study)  # created once, before the workers race to create it
+    if workers <= 1:
+        work(study)
+    else:
+        spec = json.dumps({**asdict(study), "space": [asdict(d) for d in study.space]})
+        procs = [subprocess.Popen([sys.executable, "-m", "cse_kit.experiments.tuning", spec]) for _ in range(workers)]
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            say(f"{sum(1 for c in codes if c)} of {workers} workers stopped early (exit {max(codes)}); rerun the same "
+                "command to finish the study")
+    return summary(study)
+
+
+def summary(study: Study) -> list[dict]:
+    """Every trial of the study: number, state, dev score, parameters, its run's key."""
+    optuna_study = load(study)
+    return [{"number": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
+             "key": t.user_attrs.get("key"), "train_seconds": t.user_attrs.get("train_seconds")}
+            for t in optuna_study.get_trials(deepcopy=False)]
+
+
+def best(study: Study) -> dict:
+    """The complete trial with the best dev score."""
+    done = [t for t in summary(study) if t["state"] == "complete"]
+    if not done:
+        raise TuneError(f"study {study.name} has no complete trial yet: run it (cse-kit tune ...)")
+    return max(done, key=lambda t: t["value"])
+
+
+def chosen_on_test(study: Study, seeds: list[int], evaluations=("sts_test",)) -> list[dict]:
+    """The chosen configuration trained (or read) over seeds and tested: the study's only test-set reads."""
+    params, store = best(study)["params"], study.store()
+    return [store.get(study.config(params, seed), evaluations) for seed in seeds]
+
+
+def trial_table(trials: list[dict]) -> str:
+    """The trials as lines a terminal shows."""
+    lines = [f"{'trial':>5}  {'state':<8} {'dev':>8}  settings"]
+    for t in trials:
+        value = "" if t["value"] is None or (isinstance(t["value"], float) and math.isnan(t["value"])) else \
+            f"{t['value']:.4f}"
+        params = " ".join(_setting(k, v) for k, v in t["params"].items())
+        lines.append(f"{t['number']:>5}  {t['state']:<8} {value:>8}  {params}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # a worker process of run()
+    spec = json.loads(sys.argv[1])
+    spec["heartbeat"] = tuple(spec["heartbeat"])
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    sys.exit(0 if work(Study(**spec)) >= 0 else 1)
