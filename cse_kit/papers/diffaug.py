@@ -445,10 +445,13 @@ def stage1_curves(record: dict, store, sentences: list[str]) -> dict:
     from ..eval.prefix_dynamics import stage1_dynamics
     from ..train.loop import load_encoder
 
-    cfg = record["config"]
-    tokenizer, encoder = load_encoder(cfg["model"])
-    return stage1_dynamics(store.run_dir(record["key"]), encoder, tokenizer, cfg["template"], cfg["prefix_len"],
-                           sentences, seed=record["seed"], max_seq_length=cfg["max_seq_length"])
+    from ..train.config import TrainConfig
+
+    cfg = TrainConfig.from_saved(record["config"])
+    tokenizer, encoder = load_encoder(cfg.model)
+    return stage1_dynamics(store.run_dir(record["key"]), encoder, tokenizer, cfg.template,
+                           cfg.method_options["prefix_len"], sentences, seed=record["seed"],
+                           max_seq_length=cfg.max_seq_length)
 
 
 #: Figure 3's reference row: two dropout views of each sentence, no prefix (SimCSE's augmentation)
