@@ -23,8 +23,10 @@ def test_every_artefact_of_every_paper_is_listed_once_with_its_status():
     tables = {"table8_lambda": _table([_line("0.005", "STS-B", 84.56, 80.1, 2)]),
               "table1_sts": _table([_line("DiffCSE-BERT-base", "Avg.", 78.49, math.nan, 0, "needs the Hub")])}
     lines = report.coverage(tables, {"table7_mask_ratio": "ValueError: boom"})
-    assert lines[-1]["apart"] and lines[-1]["key"] == "comparison"  # the head-to-head, after the papers, apart
-    lines = lines[:-1]
+    # the head-to-head and the equal tuning budget, after the papers, apart
+    assert [(line["apart"], line["notebook"]) for line in lines[-2:]] == [(True, "compare_methods"),
+                                                                          (True, "equal_budget")]
+    lines = lines[:-2]
     assert [(line["key"], line["artefact"]) for line in lines] == [(k, a["id"]) for k in PAPERS for a in artefacts(k)]
     by = {(line["paper"], line["artefact"]): line for line in lines}
     assert len([line for line in lines if line["status"] != "schematic"]) == 42

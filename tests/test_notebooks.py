@@ -524,7 +524,7 @@ def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):
 @pytest.mark.slow
 def test_whole_smoke_report(tmp_path, data_dir):
     """The README's command as written, `cse-kit report --profile smoke`, in a fresh copy of the checkout (its
-    tracked files) with an empty results store: 38 notebooks, one numbering on the console."""
+    tracked files) with an empty results store: every notebook, one numbering on the console."""
     import os
 
     clone = tmp_path / "clone"

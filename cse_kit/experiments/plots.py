@@ -308,3 +308,19 @@ def pareto(points: dict[str, tuple[float, float]], front: list[str], xlabel: str
     ax.margins(0.15)
     fig.tight_layout()
     return fig
+
+
+@themed
+def best_so_far(curves: dict[str, list[float]], ylabel: str, title: str):
+    """One step line per study: the best score after each trial (trial 1, 2, ...), each trial's point marked."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, values in curves.items():
+        trials = np.arange(1, len(values) + 1)
+        ax.step(trials, values, where="post", marker="o", markersize=4, label=name)
+    ax.set_xlabel("trial")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -153,9 +153,13 @@ def _align(column: list[Cell]) -> str:
 
 
 def _value_cell(value) -> Cell:
+    """A values table's cell: a number (starred or not) or a mean ± std (a column a notebook formatted so, as
+    equal_budget's) is set as math; any other text as text."""
     text = "" if value is None else str(value)
     starred = STARRED.fullmatch(text)
-    return Cell(starred["number"], True, STAR if starred["star"] else "") if starred else Cell(text)
+    if starred:
+        return Cell(starred["number"], True, STAR if starred["star"] else "")
+    return Cell(text, bool(MEASURE.fullmatch(text)))
 
 
 def _significance_words(level: float | None) -> str:

@@ -18,6 +18,8 @@ from ..papers import PAPERS, paper_module
 from ..papers import notebooks as paper_notebooks
 from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
+from ..papers.equal_budget import NOTEBOOK as EQUAL_BUDGET_NOTEBOOK
+from ..papers.equal_budget import TITLE as EQUAL_BUDGET_TITLE
 from ..results import default_results_dir
 from ..train.presets import PROFILES
 
@@ -74,12 +76,19 @@ def _status_of(table: dict | None, failed: str | None) -> tuple[str, str, str]:
     return "reproduced", "reproduced", ""
 
 
-def comparison_line(table: dict | None, failed: str | None) -> dict:
-    """The head-to-head of every method (cse_kit.papers.comparison), listed apart from the papers' artefacts: built on a
-    profile or not; it has no paper number to reproduce."""
-    line = {"paper": COMPARISON_TITLE, "key": "comparison", "artefact": "all methods", "apart": True,
-            "title": "every method, one protocol: seeds, significance, cost", "notebook": COMPARISON_NOTEBOOK,
-            "profile": "", "seeds": "", "headline": ""}
+#: the notebooks of every method, listed apart from the papers' artefacts: notebook -> (heading, artefact, what)
+APART = {COMPARISON_NOTEBOOK: (COMPARISON_TITLE, "all methods",
+                               "every method, one protocol: seeds, significance, cost"),
+         EQUAL_BUDGET_NOTEBOOK: (EQUAL_BUDGET_TITLE, "all tuned",
+                                 "every method searched with the same trials: chosen settings, tests, cost")}
+
+
+def comparison_line(table: dict | None, failed: str | None, notebook: str = COMPARISON_NOTEBOOK) -> dict:
+    """A notebook of every method (the head-to-head, cse_kit.papers.comparison, or the equal tuning budget), listed
+    apart from the papers' artefacts: built on a profile or not; it has no paper number to reproduce."""
+    heading, artefact, what = APART[notebook]
+    line = {"paper": heading, "key": "comparison", "artefact": artefact, "apart": True, "title": what,
+            "notebook": notebook, "profile": "", "seeds": "", "headline": ""}
     if failed is not None or table is None:
         kind, status, detail = _status_of(table, failed)
         return {**line, "kind": kind, "status": status, "detail": detail}
@@ -113,8 +122,8 @@ def coverage(tables: dict[str, dict | None], failures: dict[str, str] | None = N
                     line.update(profile=table["profile"], seeds=str(table["seeds"]),
                                 headline=_headline(table, key, art["id"]))
             lines.append(line)
-    if papers is None or COMPARISON_NOTEBOOK in tables:
-        lines.append(comparison_line(tables.get(COMPARISON_NOTEBOOK), failures.get(COMPARISON_NOTEBOOK)))
+    lines += [comparison_line(tables.get(name), failures.get(name), name) for name in APART
+              if papers is None or name in tables]
     return lines
 
 
@@ -186,8 +195,9 @@ def coverage_text(lines: list[dict], profile: str) -> str:
         where = f" [{line['profile']}, seeds {line['seeds']}]" if line["profile"] else ""
         out.append(f"  {line['artefact']:<10} {line['status']:<24} {line['notebook']:<24}{where} {detail}".rstrip())
     data = [line for line in lines if line["kind"] != "schematic" and not line.get("apart")]
+    apart = [line["paper"] for line in lines if line.get("apart")]
     out.append(f"\n{len(data)} data-bearing tables and figures: {tally_text(lines, profile)}"
-               + ("; apart from them: " + COMPARISON_TITLE if any(line.get("apart") for line in lines) else ""))
+               + ("; apart from them: " + ", ".join(apart) if apart else ""))
     if profile in PROFILE_SCOPES:
         out.append("{} ({}).".format(*PROFILE_SCOPES[profile]))
     return "\n".join(out).lstrip("\n")

@@ -19,14 +19,15 @@ from ..environment import source_digest
 from ..experiments import TABLE_MIMETYPE
 from ..methods.registry import plugins_digest
 from ..papers import all_notebooks
-from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..progress import PROGRESS_PREFIX, TERMINAL_PROGRESS_ENV
 from ..results import evaluation_amp
 from .checkout import NOTEBOOK_DIR
+from .coverage_matrix import APART
 
 
-#: Every paper's notebooks, in the report's order (papers, then each paper's own order).
-NOTEBOOKS = (*all_notebooks(), COMPARISON_NOTEBOOK)
+#: Every paper's notebooks, in the report's order (papers, then each paper's own order), then the notebooks of every
+#: method (the head-to-head, the equal tuning budget), which reuse the papers' runs.
+NOTEBOOKS = (*all_notebooks(), *APART)
 
 #: Set for every kernel: no progress bars stored in notebooks, no tokenizer fork warnings, the progress lines only on
 #: the notebook's stream (the console gets them from there, under the notebook's name).

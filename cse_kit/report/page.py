@@ -21,11 +21,10 @@ from ..experiments.render import long_form_html, paper_layout_html, values_html
 from ..experiments.typeset import extra_frames
 from ..io import write_json_atomic, write_text_atomic
 from ..papers import PAPERS, all_notebooks, paper_key
-from ..papers.comparison import NOTEBOOK as COMPARISON_NOTEBOOK
 from ..papers.comparison import TITLE as COMPARISON_TITLE
 from ..results import default_results_dir
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
-from .coverage_matrix import coverage, coverage_html, tally_text
+from .coverage_matrix import APART, coverage, coverage_html, tally_text
 from .notebooks import NOTEBOOKS, ended_in_error, notebook_html, table_of
 from .scheduling import default_jobs, execute_all
 
@@ -90,7 +89,7 @@ def select(papers: list[str] | None = None, only: list[str] | None = None) -> li
     """The notebooks a build runs: those of `papers` (all when None), narrowed to `only`."""
     keys = [paper_key(p) for p in papers] if papers else list(PAPERS)
     names = [name for name, key in all_notebooks().items() if key in keys]
-    names += [COMPARISON_NOTEBOOK] if not papers else []  # after the papers: it reuses their runs
+    names += list(APART) if not papers else []  # after the papers: they reuse their runs
     if only:
         unknown = [n for n in only if n not in NOTEBOOKS]
         if unknown:
