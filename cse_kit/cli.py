@@ -685,11 +685,22 @@ def add_tune(sub) -> None:
                                                             "what is missing; one that finds them all trains nothing)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a setting every trial takes (repeatable)")
     p.add_argument("--seed", type=int, default=1, help="the trials' training seed and the sampler's (default 1)")
-    p.add_argument("--workers", type=int, default=1, help="local worker processes on the one study")
+    p.add_argument("--workers", type=int, default=1, help="workers on the one study: local processes, or SLURM jobs "
+                                                          "with --cluster slurm (default 1)")
+    p.add_argument("--cluster", default="local", choices=["local", "slurm"],
+                   help="slurm: the workers are SLURM jobs ($CSE_KIT_EXECUTOR_PARAMS, e.g. '{\"slurm_partition\": "
+                        "\"gpu\"}'); give a storage every node reaches (--storage postgresql://... or journal:PATH "
+                        "on a shared file system)")
     p.add_argument("--storage", help="Optuna storage: a database URL (postgresql://user:pass@host/db), "
                                      "journal:PATH (a journal file on a shared file system); default: "
                                      "studies.sqlite3 beside the results store")
     p.add_argument("--study", help="the study's name (default: from what it searches)")
+    p.add_argument("--fail-running", action="store_true",
+                   help="first mark the study's running trials failed and run them again: a killed worker's trial "
+                        "where the storage has no heartbeat (journal:PATH); only while none of its workers runs")
+    p.add_argument("--dashboard", metavar="[HOST:]PORT",
+                   help="serve optuna-dashboard on the study's storage at http://127.0.0.1:PORT while it runs, and "
+                        "after, until Ctrl-C (a finished study: only the dashboard)")
     p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
                    help="how often a running trial says it is alive (default 30); one silent for 4 times as long is "
                         "taken for a killed worker's and run again")
@@ -701,31 +712,69 @@ def add_tune(sub) -> None:
 
 
 def cmd_tune(args) -> int:
-    from .experiments import chosen_profile
-    from .experiments.tuning import Study, chosen_on_test, parse_space, run, trial_table
-    from .publish.numbers import over_seeds
+    import contextlib
 
-    if args.trials < 1:
-        raise ValueError(f"--trials is the study's total: give 1 or more, got {args.trials}")
+    from .experiments import chosen_profile
+    from .experiments.tuning import Study, check, dashboard, fail_running, parse_space, run
+
+    if args.trials < 1 or args.workers < 1:
+        raise ValueError(f"--trials (the study's total) and --workers take 1 or more, got {args.trials} and "
+                         f"{args.workers}")
+    seeds = _test_seeds(args.test_seeds)
     study = Study(args.preset, chosen_profile(args.profile), parse_space(args.space), args.trials, args.set or [],
                   args.seed, args.results_dir, args.data_dir, args.storage, args.study,
                   (args.heartbeat, 4 * args.heartbeat))
-    trials = run(study, args.workers)
-    print(f"study {study.name} ({study.storage_url() if args.storage is None else 'storage given'}): "
-          f"{len(trials)} trials")
+    check(study)  # before the dashboard listens: bad input is one line
+    if args.fail_running:
+        print(f"{fail_running(study)} running trials marked failed, to run again")
+    with dashboard(study, args.dashboard) if args.dashboard else contextlib.nullcontext() as url:
+        if url:
+            print(f"dashboard: {url}", flush=True)
+        trials = run(study, args.workers, args.cluster)
+        _print_study(study, trials, args.storage, seeds)
+        if url:
+            return _serve_until_stopped(url)
+    return 0
+
+
+def _test_seeds(text: str | None) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")] if text else []
+    except ValueError:
+        raise ValueError(f"--test-seeds takes whole numbers separated by commas (1,2,3), got {text!r}") from None
+
+
+def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int]) -> None:
+    """The study's trials, the chosen one, and its test numbers over `seeds` (trained or read after the study)."""
+    from .experiments.tuning import chosen_on_test, trial_table
+    from .publish.numbers import over_seeds
+
+    print(f"study {study.name} ({study.storage_url() if storage is None else 'storage given'}): {len(trials)} trials")
     print(trial_table(trials))
     done = [t for t in trials if t["state"] == "complete"]
     if done:
         chosen = max(done, key=lambda t: t["value"])
         print(f"chosen: trial {chosen['number']}, dev {chosen['value']:.4f}: "
               + " ".join(f"{k}={v}" for k, v in chosen["params"].items()))
-    if args.test_seeds:
-        seeds = [int(s) for s in args.test_seeds.split(",")]
-        records = chosen_on_test(study, seeds)
-        scores = [r["metrics"]["sts_test"]["avg"] for r in records]
+    if seeds:
+        scores = [r["metrics"]["sts_test"]["avg"] for r in chosen_on_test(study, seeds)]
         mean, std, n = over_seeds(scores)
-        print(f"test (STS avg, {n} seeds {seeds}): {mean:.2f} ± {std:.2f}")
-    return 0
+        print(f"test (STS avg, {n} seeds {seeds}): {mean:.2f} ± {std:.2f}", flush=True)
+
+
+def _serve_until_stopped(url: str) -> int:
+    """The dashboard stays after the study, for a look at it, until Ctrl-C or SIGTERM: both end the command well."""
+    import time
+
+    print(f"the study is done; the dashboard stays at {url} until Ctrl-C", flush=True)
+    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 COMMANDS = (add_data, add_eval, add_train, add_fit_mlm_head, add_export_st, add_publish, add_report, add_status,

@@ -212,6 +212,26 @@ def slurm(slurm_cluster, monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def postgresql():
+    """A PostgreSQL server (tests/postgres_server.py) for the whole session, stopped at its end; a test makes its own
+    database with `postgresql.database(name, user, password)`."""
+    import postgres_server
+
+    why = postgres_server.missing()
+    if why:
+        pytest.skip(why)
+    server = postgres_server.Server()
+    try:
+        try:
+            server.start()
+        except RuntimeError as error:  # installed but cannot run here (no shared memory, a sandbox)
+            pytest.skip(f"PostgreSQL did not start: {str(error).splitlines()[0]}")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def minilm():
     """(tokenizer, model) of the offline all-MiniLM-L6-v2."""
     from cse_kit.models import load_model

@@ -4,7 +4,9 @@ twice, and bad input is refused in one line before any trial."""
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +19,8 @@ import cse_kit.eval.dev as dev
 import cse_kit.eval.sts as sts
 import cse_kit.train.loop as loop
 from cse_kit import cli
-from cse_kit.experiments.tuning import Study, TuneError, best, chosen_on_test, parse_space, run
+from cse_kit.experiments.tuning import (Study, TuneError, best, chosen_on_test, fail_running, load, parse_space,
+                                        run)
 
 SPACE = "lr=log(1e-5,1e-3); temp=(0.03,0.1)"
 
@@ -46,6 +49,8 @@ def test_a_space_reads_every_kind_of_dimension_and_refuses_a_malformed_one():
     (["--space", "lr=log(1e-5,1e-4)", "--set", "metric=sts_test"], "unknown metric 'sts_test'"),
     (["--space", "lr=log(1e-5,1e-4)", "--storage", "postgresql://kit:secret@127.0.0.1:9/none"], "does not answer"),
     (["--space", "lr=[1e-5"], "bad space dimension"),
+    (["--space", "lr=log(1e-5,1e-4)", "--dashboard", "localhost:web"], "give a port \\(8080\\)"),
+    (["--space", "lr=log(1e-5,1e-4)", "--test-seeds", "1;2"], "whole numbers separated by commas"),
 ])
 def test_bad_input_is_one_line_before_any_trial(args, words, data_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a trial ran"))
@@ -83,8 +88,23 @@ def test_trials_is_the_total_and_a_rerun_trains_nothing(data_dir, tmp_path, monk
     first = run(study)
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("retrained a trial"))
     assert run(study) == first  # the same total: nothing sampled, nothing trained
+    monkeypatch.undo()
     more = run(_study(tmp_path, data_dir, trials=3))  # a larger total adds only what is missing
     assert len(more) == 3 and more[:2] == first
+
+
+def test_on_a_journal_file_a_killed_workers_trial_runs_again_after_fail_running(data_dir, tmp_path):
+    """Optuna's journal file (`--storage journal:PATH`, for a shared file system) has no heartbeat: a trial whose
+    worker was killed stays running and counts, so the study waits; --fail-running marks it failed and its
+    parameters are run again, once."""
+    study = _study(tmp_path, data_dir, trials=1, storage=f"journal:{tmp_path / 'study.journal'}")
+    killed = load(study).ask()  # a worker that asked for its trial and was killed before it told the outcome
+    killed.suggest_float("lr", 1e-5, 1e-3, log=True), killed.suggest_float("temp", 0.03, 0.1)
+    assert [t["state"] for t in run(study)] == ["running"]  # the total is held: nothing else runs
+    assert fail_running(study) == 1
+    trials = run(study)
+    assert [t["state"] for t in trials] == ["fail", "complete"] and trials[0]["params"] == trials[1]["params"]
+    assert fail_running(study) == 0 and run(study) == trials
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
@@ -135,3 +155,111 @@ def test_a_worker_killed_mid_study_leaves_its_trial_run_again_once(data_dir, tmp
         len(study.trials)
     records = list((tmp_path / "results" / "records").glob("*.json"))
     assert len(records) == 8 and all(json.loads(r.read_text())["train"]["best"] is not None for r in records)
+
+
+def _tune_argv(tmp_path, data_dir, trials: int, *more: str) -> list[str]:
+    """`cse-kit tune` of a smoke SimCSE study on the learning rate, as the docs' commands run it."""
+    return ["tune", "--preset", "simcse-bert", "--profile", "smoke", "--trials", str(trials), "--space",
+            "lr=log(1e-5,1e-3)", "--results-dir", str(tmp_path / "results"), "--data-dir", str(data_dir), *more]
+
+
+def _trials_in(storage: str) -> list:
+    from cse_kit.experiments.tuning import _with_driver
+
+    url = _with_driver(storage)
+    [name] = optuna.get_all_study_names(url)
+    return optuna.load_study(study_name=name, storage=url).trials
+
+
+def test_a_study_on_a_real_postgresql_runs_to_its_total_and_a_rerun_trains_nothing(postgresql, data_dir, tmp_path,
+                                                                                  capsys, monkeypatch):
+    """`--storage postgresql://user:password@host:port/db` on a PostgreSQL server started from Debian's package
+    (tests/postgres_server.py), with a database and user of its own and password authentication over TCP, as a lab's
+    server asks: the smoke study runs its 3 trials to completion, they are rows of that database, and the same
+    command again trains nothing and prints the same."""
+    url = postgresql.database("tune_smoke", "kit", "s3cret")
+    argv = _tune_argv(tmp_path, data_dir, 3, "--storage", url)
+    assert cli.main(argv) == 0
+    first = capsys.readouterr().out
+    assert [t.state.name for t in _trials_in(url)] == ["COMPLETE"] * 3
+    assert postgresql.sql("SELECT count(*) FROM trials WHERE state = 'COMPLETE'", "tune_smoke") == "3"
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a rerun trained a trial"))
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == first and len(_trials_in(url)) == 3
+    assert "s3cret" not in first
+
+
+@pytest.mark.slow  # two SLURM jobs start Python and torch on a loaded 2-core machine: about a minute
+def test_a_study_on_slurm_against_postgresql_runs_in_jobs_and_a_rerun_sends_none(slurm, postgresql, data_dir, tmp_path):
+    """docs/tuning.md's cluster command: `--workers 2 --cluster slurm --storage postgresql://...`, two SLURM jobs on
+    one study in a lab's database; every trial complete once, and a rerun sends no job and trains nothing."""
+    url = postgresql.database("tune_slurm", "lab", "s3cret")
+    env = {**os.environ, "CSE_KIT_JOBS_DIR": str(tmp_path / "jobs"), "TQDM_DISABLE": "1"}
+    argv = [sys.executable, "-m", "cse_kit.cli", *_tune_argv(tmp_path, data_dir, 4, "--workers", "2", "--cluster",
+                                                             "slurm", "--storage", url)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert re.search(r"2 SLURM jobs \(\d+, \d+\)", done.stdout), done.stdout
+    trials = _trials_in(url)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4 and len({t.user_attrs["key"] for t in trials}) == 4
+    logs = sorted((tmp_path / "jobs").glob("*_log.err"))
+    assert len(logs) == 2 and all(p.name.split("_")[0].isdigit() for p in logs)  # what each job logged
+    records = len(list((tmp_path / "results" / "records").glob("*.json")))
+
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "SLURM jobs" not in again.stdout, again.stdout + again.stderr[-3000:]
+    assert len(list((tmp_path / "jobs").glob("*_log.err"))) == 2 and len(_trials_in(url)) == 4
+    assert len(list((tmp_path / "results" / "records").glob("*.json"))) == records == 4
+
+
+def test_the_dashboard_lists_the_studys_trials_with_their_values_in_a_browser(data_dir, tmp_path):
+    """`cse-kit tune ... --dashboard PORT`: optuna-dashboard on the study's storage while it runs and after it, until
+    Ctrl-C; in headless Chromium its trial list shows every trial with its dev score; Ctrl-C ends it with exit 0."""
+    from test_notebooks import CHROMIUM, CHROMIUM_FLAGS
+
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "cse_kit.cli", *_tune_argv(tmp_path, data_dir, 2, "--dashboard", str(port))]
+    tune = subprocess.Popen(argv, env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        while not (lines and "the dashboard stays" in lines[-1]):
+            lines.append(tune.stdout.readline())
+            assert lines[-1] or tune.poll() is None, "".join(lines)
+        assert lines[0] == f"dashboard: http://127.0.0.1:{port}/dashboard\n", lines  # printed before the trials
+        trials = _trials_in(f"sqlite:///{tmp_path / 'results' / 'studies.sqlite3'}")
+        assert [t.state.name for t in trials] == ["COMPLETE"] * 2
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch_persistent_context(
+                tmp_path / "chromium-dashboard", executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+                viewport={"width": 1400, "height": 1000})
+            page = browser.pages[0]
+            page.set_default_timeout(120_000)
+            page.goto(f"http://127.0.0.1:{port}/dashboard")
+            page.get_by_text(_study_name(lines)).first.click()  # the list of studies, as a person opens one
+            page.wait_for_url(re.compile(r"/dashboard/studies/\d+$"))
+            page.goto(f"{page.url}/trials")  # its trial list ("Trials (List)" in the side bar)
+            expect(page.get_by_text(f"{len(trials)} Trials")).to_be_visible()
+            for trial in trials:  # each trial of the list, and its value in its pane
+                page.get_by_text(f"Trial {trial.number}", exact=True).first.click()
+                expect(page.locator("body")).to_contain_text(f"Trial {trial.number} (trial_id=")
+                expect(page.locator("body")).to_contain_text(repr(trial.value))
+            page.screenshot(path=tmp_path / "dashboard.png")
+            browser.close()
+        tune.send_signal(signal.SIGINT)
+        assert tune.wait(timeout=60) == 0
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    with socket.socket() as probe:  # the dashboard stopped with the command
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _study_name(lines: list[str]) -> str:
+    return next(re.match(r"study (\S+) ", line).group(1) for line in lines if line.startswith("study "))

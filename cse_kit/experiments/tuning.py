@@ -1,19 +1,22 @@
-"""Equal tuning budget: a method's settings searched with Optuna (seeded TPE), every trial a run of the results
-store, its objective the run's own checkpoint-selection dev score (`metric`, STS-B dev by default), so a study reads
-no test set. Only the chosen configuration is then tested, over seeds (chosen_on_test).
+"""Equal tuning budget: a method's settings searched with Optuna (seeded TPE), every trial a run of the results store,
+its objective the run's own checkpoint-selection dev score (`metric`, STS-B dev by default), so a study reads no test
+set. Only the chosen configuration is then tested, over seeds (chosen_on_test).
 
 A study is named by what it searches (preset, profile, base settings, space, seed, metric) and stored in Optuna's
 storage: by default a SQLite file beside the results store, a URL for a lab's database (postgresql://...), or
-`journal:PATH`, Optuna's journal file for a shared file system. `trials` is the study's total: a rerun that finds them
-finished samples nothing, and a trained trial is a store record, so it never trains twice. Workers (local processes,
-or SLURM jobs) share one study: they ask for trials under a lock beside the store, so the study holds exactly
-`trials` trials that count (complete, running or waiting). A killed worker's trial stops sending its heartbeat; the
-next worker to ask marks it failed and enqueues its parameters again (RetryHeartbeatStaleTrialCallback), so it is run
-again, resuming its run from the run's checkpoint, never lost or counted twice (SQLite and PostgreSQL; the journal
-file has no heartbeat: a worker killed there leaves its trial running until `--fail-running`)."""
+`journal:PATH`, Optuna's journal file for a shared file system. `trials` is the study's total: a rerun that finds
+them finished samples nothing, and a trained trial is a store record, so it never trains twice. Workers (local
+processes, or SLURM jobs sent as the report's are) share one study: they ask for trials under a lock beside the
+store, so the study holds exactly `trials` trials that count (complete, running or waiting). A killed worker's trial
+stops sending its heartbeat; the next worker to ask marks it failed and enqueues its parameters again
+(RetryHeartbeatStaleTrialCallback), so it is run again, resuming its run from the run's checkpoint, never lost or
+counted twice (SQLite and PostgreSQL; the journal file has no heartbeat: a worker killed there leaves its trial
+running until `--fail-running`). `dashboard` serves optuna-dashboard on the study's storage while it runs
+(docs/tuning.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -21,6 +24,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -80,7 +84,8 @@ def parse_space(text: str) -> list[Dimension]:
         raise TuneError(f"the space is empty: write {SPACE_SYNTAX}")
     names = [d.name for d in dims]
     if len(set(names)) != len(names):
-        raise TuneError(f"the space names a setting twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise TuneError(f"the space names a setting twice: {', '.join(twice)}")
     return dims
 
 
@@ -151,7 +156,8 @@ class Study:
 
     def config(self, params: dict, seed: int | None = None):
         """The run of a trial's parameters (the study's seed unless another is given)."""
-        settings = [*self.overrides, *(_setting(k, v) for k, v in params.items()), f"seed={self.seed if seed is None else seed}"]
+        seed = self.seed if seed is None else seed
+        settings = [*self.overrides, *(_setting(k, v) for k, v in params.items()), f"seed={seed}"]
         return build_config(self.preset, self.profile, settings)
 
     def store(self, notify=None) -> ResultStore:
@@ -159,7 +165,7 @@ class Study:
 
     def storage_url(self) -> str:
         if self.storage:
-            return self.storage
+            return _with_driver(self.storage)
         root = Path(self.results_dir) if self.results_dir else self.store().root
         root.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(root / DEFAULT_STORAGE).resolve()}"
@@ -189,6 +195,7 @@ def open_storage(study: Study):
     or a journal file; one line naming the URL where it does not answer."""
     import optuna
 
+    _quiet_optuna()
     url = study.storage_url()
     try:
         if url.startswith("journal:"):
@@ -201,9 +208,15 @@ def open_storage(study: Study):
             heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3))
     except Exception as error:  # sqlalchemy's and the driver's errors: a storage that cannot be reached or read
         words = str(error).splitlines()[0][:300]
-        raise TuneError(f"the study's storage {_safe(url)} does not answer ({type(error).__name__}: {words}); check the "
-                        "URL, that the database runs and that its driver is installed (PostgreSQL: pip install "
+        raise TuneError(f"the study's storage {_safe(url)} does not answer ({type(error).__name__}: {words}); check "
+                        "the URL, that the database runs and that its driver is installed (PostgreSQL: pip install "
                         "'psycopg[binary]')") from None
+
+
+def _with_driver(url: str) -> str:
+    """A PostgreSQL URL without a driver named gets psycopg 3, the driver the kit's `tune` extra installs
+    (SQLAlchemy's default for postgresql:// is psycopg2)."""
+    return re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)
 
 
 def _safe(url: str) -> str:
@@ -226,7 +239,6 @@ def _quiet_optuna() -> None:
 def load(study: Study):
     import optuna
 
-    _quiet_optuna()
     return optuna.create_study(study_name=study.name, storage=open_storage(study), sampler=sampler(study.seed, 0),
                                direction="maximize", load_if_exists=True)
 
@@ -270,6 +282,19 @@ def next_trial(study: Study, optuna_study):
         return optuna_study.ask()
 
 
+def fail_running(study: Study) -> int:
+    """Mark the study's running trials failed and enqueue their parameters again; how many. For a killed worker's
+    trial where the storage has no heartbeat (the journal file): only while none of the study's workers runs."""
+    from optuna.trial import TrialState
+
+    optuna_study = load(study)
+    running = optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for trial in running:
+        optuna_study.tell(trial.number, state=TrialState.FAIL)
+        optuna_study.enqueue_trial(trial.params)
+    return len(running)
+
+
 def run_trial(study: Study, trial, store: ResultStore) -> float:
     """Train the trial's run in the store (a run it has is read, not trained) and return its dev score."""
     params = {dim.name: dim.suggest(trial) for dim in study.space}
@@ -302,20 +327,102 @@ def work(study: Study) -> int:
     return ran
 
 
-def run(study: Study, workers: int = 1, say=print) -> list[dict]:
-    """The study to its total with `workers` local processes (1: this one); its trials, as summary() gives them."""
+def run(study: Study, workers: int = 1, cluster: str = "local", say=print) -> list[dict]:
+    """The study to its total with `workers` local processes (1: this one) or SLURM jobs; its trials, as summary()
+    gives them. No worker starts where every trial has finished."""
     check(study)
-    load(study)  # created once, before the workers race to create it
-    if workers <= 1:
+    needed = min(workers, unfinished(study, load(study)))  # load: created once, before the workers race to create it
+    if needed and cluster == "slurm":
+        slurm_workers(study, needed, say)
+    elif needed == 1:
         work(study)
-    else:
-        spec = json.dumps({**asdict(study), "space": [asdict(d) for d in study.space]})
-        procs = [subprocess.Popen([sys.executable, "-m", "cse_kit.experiments.tuning", spec]) for _ in range(workers)]
-        codes = [p.wait() for p in procs]
-        if any(codes):
-            say(f"{sum(1 for c in codes if c)} of {workers} workers stopped early (exit {max(codes)}); rerun the same "
-                "command to finish the study")
+    elif needed:
+        local_workers(study, needed, say)
     return summary(study)
+
+
+def unfinished(study: Study, optuna_study) -> int:
+    """How many trials of the total have no outcome yet (to run, running, or a dead worker's to run again)."""
+    from optuna.trial import TrialState
+
+    return study.trials - len(optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+def local_workers(study: Study, workers: int, say) -> None:
+    spec = json.dumps({**asdict(study), "space": [asdict(d) for d in study.space]})
+    procs = [subprocess.Popen([sys.executable, "-m", "cse_kit.experiments.tuning", spec]) for _ in range(workers)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        say(f"{sum(1 for c in codes if c)} of {workers} workers stopped early (exit {max(codes)}); rerun the same "
+            "command to finish the study")
+
+
+def slurm_workers(study: Study, workers: int, say) -> None:
+    """`workers` SLURM jobs on the study, sent as the report's worker jobs are (submitit, cse_kit.results.parallel:
+    $CSE_KIT_EXECUTOR_PARAMS, the private jobs folder, a GPU only for the paper profile). Each job is the study's
+    worker (work) with the store and storage resolved here: a node may have another working directory and
+    environment. A job that fails leaves its trial to the heartbeat and to a rerun."""
+    from dataclasses import replace
+
+    from ..methods.registry import check_sendable
+    from ..results import parallel
+
+    base = study.config({})
+    check_sendable(base.method)  # a notebook's own method cannot train in a job
+    store = study.store()
+    sent = replace(study, results_dir=str(store.root), data_dir=str(store.data_dir), storage=study.storage_url())
+    folder = parallel.jobs_dir(store.root)
+    jobs = [executor.submit(work, sent)
+            for executor in parallel.executors(folder, workers, "slurm", parallel.job_resources([(base, ())]))]
+    say(f"study {study.name}: {workers} SLURM jobs ({', '.join(j.job_id for j in jobs)}); logs in {folder}")
+    ended = parallel.wait_quietly(jobs)
+    failed = [job for job in jobs if job not in ended or not _answered(job)]
+    if failed:
+        say(f"{len(failed)} of {workers} jobs ended without finishing (log: {failed[0].paths.stderr}); rerun the "
+            "same command to finish the study")
+
+
+def _answered(job) -> bool:
+    try:
+        job.result()
+        return True
+    except Exception:  # a job's own failure: its log says why
+        return False
+
+
+@contextlib.contextmanager
+def dashboard(study: Study, address: str):
+    """optuna-dashboard serving the study's storage at http://HOST:PORT (address `PORT` or `HOST:PORT`, 127.0.0.1
+    unless given) from a thread of this process, while the block runs; yields its URL."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise TuneError("--dashboard needs optuna-dashboard: pip install 'cse-kit[tune]'") from None
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise TuneError(f"--dashboard {address}: give a port (8080) or a host and port (0.0.0.0:8080)")
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):  # one line per request would bury the study's own lines
+            pass
+
+    try:
+        server = make_server(host or "127.0.0.1", int(port), optuna_dashboard.wsgi(open_storage(study)), Server, Quiet)
+    except OSError as error:
+        raise TuneError(f"--dashboard {address}: cannot listen there ({error.strerror}); choose another port") from None
+    thread = threading.Thread(target=server.serve_forever, name="optuna-dashboard", daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host or '127.0.0.1'}:{server.server_port}/dashboard"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def summary(study: Study) -> list[dict]:
