@@ -342,3 +342,17 @@ def test_mini_budget_counts_a_runs_steps_as_the_training_loop_does(preset, data_
     summary = train(cfg, progress=False, announce=lambda line: None)
     stage1, main = mini_budget.steps_of(cfg, data_dir)
     assert stage1 + main == summary["steps"] and stage1 == (cfg.stage1_steps if cfg.method == "diffaug" else 0)
+
+
+def test_tune_overhead_times_the_search_beside_a_trials_training(data_dir):
+    """bench/tune_overhead.py (issue 69): the search's own cost per trial in its parts, for SQLite and (where
+    Debian's postgresql is installed) a PostgreSQL server it starts, beside the smoke trials' training, and the CPU."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import postgres_server
+
+    stdout = run_bench("tune_overhead.py", "--trials", "2", "--rounds", "1", data_dir=data_dir)
+    assert re.search(r"^CPU: .+, \d+ cores, bf16 units: ", stdout, re.M), stdout
+    assert re.search(r"^smoke: 2 trials trained, median \d+\.\d\d s a trial$", stdout, re.M), stdout
+    storages = ["sqlite"] + ([] if postgres_server.missing() else ["postgresql"])
+    for storage in storages:  # next_trial, store lookup, tell, heartbeat+setup, search (ms); training; the ratio
+        assert re.search(rf"^smoke\s+{storage}\s+(\d+\.\d\s+){{5}}\d+\.\d\ds\s+\d+\.\d\d%$", stdout, re.M), stdout

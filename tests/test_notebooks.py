@@ -31,6 +31,16 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
+
+def headless_page(playwright, profile: Path, width: int, height: int, timeout_ms: int):
+    """(browser, page): headless Chromium as every browser test runs it, a fresh profile folder, one page."""
+    browser = playwright.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True,
+                                                            args=CHROMIUM_FLAGS,
+                                                            viewport={"width": width, "height": height})
+    page = browser.pages[0]
+    page.set_default_timeout(timeout_ms)
+    return browser, page
+
 SLOW = pytest.mark.slow
 
 
@@ -387,11 +397,8 @@ def test_jupyterlab_runs_table8_in_a_browser_and_opens_its_py_twin_as_a_notebook
     before = _checkout_state()
     stores = {"CSE_KIT_DATA": str(data_dir), "CSE_KIT_RESULTS": str(results_dir)}
     with _jupyterlab(tmp_path / "jupyter", stores) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch_persistent_context(
-            tmp_path / "chromium-lab", executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1280, "height": 1300})
-        page = browser.pages[0]
-        page.set_default_timeout(240_000)  # a loaded 2-core machine: JupyterLab's first load, a kernel's start
+        # 240 s: a loaded 2-core machine, JupyterLab's first load, a kernel's start
+        browser, page = headless_page(playwright, tmp_path / "chromium-lab", 1280, 1300, 240_000)
         try:
             _run_table8_in_jupyterlab(page, url)
         finally:

@@ -220,7 +220,7 @@ def test_tensorboard_shows_a_table_sweep_by_readable_run_names_in_a_browser(data
     import sys
     import urllib.request
 
-    from test_notebooks import CHROMIUM, CHROMIUM_FLAGS
+    from test_notebooks import CHROMIUM, headless_page
 
     from cse_kit.results import ResultStore
 
@@ -252,11 +252,7 @@ def test_tensorboard_shows_a_table_sweep_by_readable_run_names_in_a_browser(data
                 assert time.time() < deadline and server.poll() is None, "TensorBoard did not start"
                 time.sleep(0.5)
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch_persistent_context(
-                tmp_path / "chromium-tb", executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-                viewport={"width": 1600, "height": 1000})
-            page = browser.pages[0]
-            page.set_default_timeout(120_000)
+            browser, page = headless_page(playwright, tmp_path / "chromium-tb", 1600, 1000, 120_000)
             page.goto(f"{url}/?smoothing=0#timeseries")
             for name in names:
                 page.get_by_text(name).first.wait_for()

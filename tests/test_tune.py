@@ -175,12 +175,13 @@ def test_a_study_on_a_real_postgresql_runs_to_its_total_and_a_rerun_trains_nothi
                                                                                   capsys, monkeypatch):
     """`--storage postgresql://user:password@host:port/db` on a PostgreSQL server started from Debian's package
     (tests/postgres_server.py), with a database and user of its own and password authentication over TCP, as a lab's
-    server asks: the smoke study runs its 3 trials to completion, they are rows of that database, and the same
-    command again trains nothing and prints the same."""
+    server asks: the smoke study runs its 3 trials to completion, they are rows of that database, the chosen
+    configuration is tested over seeds 1 and 2, and the same command again trains nothing and prints the same."""
     url = postgresql.database("tune_smoke", "kit", "s3cret")
-    argv = _tune_argv(tmp_path, data_dir, 3, "--storage", url)
+    argv = _tune_argv(tmp_path, data_dir, 3, "--storage", url, "--test-seeds", "1,2")
     assert cli.main(argv) == 0
     first = capsys.readouterr().out
+    assert re.search(r"^test \(STS avg, 2 seeds \[1, 2\]\): \d+\.\d\d ± \d+\.\d\d$", first, re.M), first
     assert [t.state.name for t in _trials_in(url)] == ["COMPLETE"] * 3
     assert postgresql.sql("SELECT count(*) FROM trials WHERE state = 'COMPLETE'", "tune_smoke") == "3"
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a rerun trained a trial"))
@@ -215,7 +216,7 @@ def test_a_study_on_slurm_against_postgresql_runs_in_jobs_and_a_rerun_sends_none
 def test_the_dashboard_lists_the_studys_trials_with_their_values_in_a_browser(data_dir, tmp_path):
     """`cse-kit tune ... --dashboard PORT`: optuna-dashboard on the study's storage while it runs and after it, until
     Ctrl-C; in headless Chromium its trial list shows every trial with its dev score; Ctrl-C ends it with exit 0."""
-    from test_notebooks import CHROMIUM, CHROMIUM_FLAGS
+    from test_notebooks import CHROMIUM, headless_page
 
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
@@ -236,11 +237,7 @@ def test_the_dashboard_lists_the_studys_trials_with_their_values_in_a_browser(da
         trials = _trials_in(f"sqlite:///{tmp_path / 'results' / 'studies.sqlite3'}")
         assert [t.state.name for t in trials] == ["COMPLETE"] * 2
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch_persistent_context(
-                tmp_path / "chromium-dashboard", executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-                viewport={"width": 1400, "height": 1000})
-            page = browser.pages[0]
-            page.set_default_timeout(120_000)
+            browser, page = headless_page(playwright, tmp_path / "chromium-dashboard", 1400, 1000, 120_000)
             page.goto(f"http://127.0.0.1:{port}/dashboard")
             page.get_by_text(_study_name(lines)).first.click()  # the list of studies, as a person opens one
             page.wait_for_url(re.compile(r"/dashboard/studies/\d+$"))
