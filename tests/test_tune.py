@@ -35,6 +35,7 @@ def test_a_space_reads_every_kind_of_dimension_and_refuses_a_malformed_one():
     assert [(d.name, d.kind, d.log) for d in dims] == [("lr", "float", True), ("temp", "float", False),
                                                       ("max_seq_length", "int", False), ("pooler", "categorical", False)]
     assert dims[3].choices == ("cls", "avg")
+    assert dims[2].ends() == [16, 64] and all(type(end) is int for end in dims[2].ends())  # an option typed int
     for bad, words in [("lr=log(0,1e-4)", "lower bound > 0"), ("lr=(1e-4,1e-5)", "below the upper"),
                        ("lr=1e-4", "bad space dimension"), ("lr=log(1e-5,1e-4); lr=(1e-5,1e-4)", "twice"),
                        ("", "empty"), ("max_seq_length=int(1.5,4)", "integer bounds"), ("pooler=[cls]", "two or more")]:

@@ -64,7 +64,9 @@ class Dimension:
 
     def ends(self) -> list:
         """The values that bound the dimension (each is checked against the setting before a trial runs)."""
-        return list(self.choices) if self.kind == "categorical" else [self.low, self.high]
+        if self.kind == "categorical":
+            return list(self.choices)
+        return [int(self.low), int(self.high)] if self.kind == "int" else [self.low, self.high]
 
 
 _RANGE = re.compile(r"^(log|int|intlog)?\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)$")
