@@ -32,7 +32,7 @@ def help_of(path: tuple, capsys) -> str:
 
 def test_the_command_tree_is_the_kits_commands():
     assert {path[0] for path in ALL_COMMANDS if path} == {
-        "data", "eval", "train", "fit-mlm-head", "export-st", "publish", "report", "status", "doctor"}
+        "data", "eval", "train", "fit-mlm-head", "export-st", "publish", "report", "status", "doctor", "tune"}
     assert {path for path in ALL_COMMANDS if path[:1] == ("data",)} == {
         ("data",), ("data", "download"), ("data", "import"), ("data", "status")}
 
