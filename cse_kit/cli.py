@@ -767,14 +767,17 @@ def _serve_until_stopped(url: str) -> int:
     import time
 
     print(f"the study is done; the dashboard stays at {url} until Ctrl-C", flush=True)
-    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    # Ctrl-C ends it even where this process was started with SIGINT ignored (a job started with & by a script)
+    before = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+              signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         return 0
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 COMMANDS = (add_data, add_eval, add_train, add_fit_mlm_head, add_export_st, add_publish, add_report, add_status,
