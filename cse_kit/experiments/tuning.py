@@ -28,7 +28,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..results import ResultStore
+from ..results import ResultStore, default_results_dir
 from ..train.config import METRICS
 from ..train.presets import build_config
 
@@ -165,16 +165,19 @@ class Study:
     def store(self, notify=None) -> ResultStore:
         return ResultStore(self.results_dir, self.data_dir, notify=notify or (lambda line: None))
 
+    def root(self) -> Path:
+        """The results store's folder, as ResultStore resolves it (without opening the store: asked every trial)."""
+        return Path(self.results_dir) if self.results_dir else default_results_dir()
+
     def storage_url(self) -> str:
         if self.storage:
             return _with_driver(self.storage)
-        root = Path(self.results_dir) if self.results_dir else self.store().root
+        root = self.root()
         root.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(root / DEFAULT_STORAGE).resolve()}"
 
     def lock_path(self) -> Path:
-        root = self.store().root
-        return root / "locks" / f"study-{self.name}.lock"
+        return self.root() / "locks" / f"study-{self.name}.lock"
 
 
 def check(study: Study) -> None:

@@ -111,15 +111,20 @@ def old_identity(record: dict, data: str) -> dict:
     return what
 
 
-def new_subject(record: dict) -> dict:
-    """The record's subject as KEY_SCHEME lays it out: a trained run's settings read again as a configuration
-    (TrainConfig.from_saved: a method's settings into its Options, other methods' left out), the precision it
-    trained in as recorded."""
-    subject = record["subject"]
-    if subject.get("kind") != "trained":
-        return subject
-    settings = TrainConfig.from_saved(record["config"]).to_dict()
-    return {"kind": "trained", **computing_settings(settings), "mixed_precision": subject["mixed_precision"]}
+def new_subject(record: dict, settings: dict | None) -> dict:
+    """The record's subject as KEY_SCHEME lays it out from its settings read again as a configuration (saved_settings;
+    None for a model evaluated as it is), the precision it trained in as recorded."""
+    if settings is None:
+        return record["subject"]
+    return {"kind": "trained", **computing_settings(settings), "mixed_precision": record["subject"]["mixed_precision"]}
+
+
+def saved_settings(record: dict) -> dict | None:
+    """A trained record's settings as this release lays them out (TrainConfig.from_saved: a method's settings into
+    its Options, other methods' left out); None for a model evaluated as it is."""
+    if record["subject"].get("kind") != "trained":
+        return None
+    return TrainConfig.from_saved(record["config"]).to_dict()
 
 
 def scheme1_identity(record: dict, data: str) -> dict:
@@ -149,9 +154,10 @@ def rekeyed(record: dict, data_dir: str, carried: set[str]) -> dict | None:
     else:
         return None
     try:
-        subject = new_subject(record)
+        settings = saved_settings(record)
     except (TypeError, ValueError):  # a configuration this code refuses (a method's option it no longer has)
         return None
+    subject = new_subject(record, settings)
     code = code_version() if record["code_version"] in carried else record["code_version"]
     what = {**old, "subject": subject, "code": code}
     key = digest_of(what)
@@ -159,10 +165,9 @@ def rekeyed(record: dict, data_dir: str, carried: set[str]) -> dict | None:
            "subject": subject, "files": files_of(record.get("config"), data_dir), "code_version": code}
     if code != record["code_version"]:
         new["code_lineage"] = [*record.get("code_lineage", []), record["code_version"]]
-    if subject.get("kind") == "trained":
-        config = TrainConfig.from_saved(record["config"]).to_dict()
+    if settings is not None:
         new["model_dir"] = str(Path(record["model_dir"]).parent.parent / key / "model")
-        new["config"] = {**config, "output_dir": str(Path(config["output_dir"]).parent / key)}
+        new["config"] = {**settings, "output_dir": str(Path(settings["output_dir"]).parent / key)}
     new.pop("digest", None)
     return {**new, "digest": content_digest(new)}
 
