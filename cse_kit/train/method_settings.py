@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..eval.encode import POOLERS
 from ..methods.contrastive import PROJECTORS
 from ..methods.objective import resolve_options
 from ..methods.registry import METHODS, is_kit_method, method_class
@@ -132,10 +131,8 @@ def check_method(cfg) -> None:
     strategies every method shares."""
     cls = method_class(cfg.method)
     cfg.method_options = resolve_options(cls, cfg.method_options)
-    if cfg.projector not in PROJECTORS:
+    if cfg.projector not in PROJECTORS:  # the pooler is checked with the shared settings (TrainConfig.validate)
         raise ValueError(f"unknown projector {cfg.projector!r}; choose one of: {', '.join(PROJECTORS)}")
-    if cfg.pooler not in POOLERS:
-        raise ValueError(f"unknown pooler {cfg.pooler!r}; choose one of: {', '.join(POOLERS)}")
     _check_stages(cfg, cls)
     cls.check_run(cfg)
 
@@ -171,14 +168,13 @@ def variant_name(cfg) -> str:
 def variant_field(method: str) -> str | None:
     """The setting that chooses a kit method's paper-vs-code variant, as presets and records name it (its former
     field: `variant`, `scd_variant`...; SimCSE's `simcse_variant`); None for a method without variants."""
-    cls = method_class(method)
-    field = {option: former for former, option in former_names(cls).items()}.get("variant")
-    return field or ("simcse_variant" if method == "simcse" else None)
+    return former_of(method).get("variant") or ("simcse_variant" if method == "simcse" else None)
 
 
 def former_layout(settings: dict) -> dict:
-    """A configuration's settings (TrainConfig.to_dict(), or one saved before the move) laid out as key scheme 2
-    hashed them: every former field at the run's value or its default, a kit method's method_options empty."""
+    """A configuration's settings (TrainConfig.to_dict(), or one saved before the move) under the names people know
+    (run names, cards, the resume check): every former field at the run's value or its default, a kit method's
+    method_options empty."""
     cls = method_class(settings["method"])
     options = dict(settings.get("method_options") or {})
     flat = {k: v for k, v in settings.items() if k != "method_options"}
