@@ -701,6 +701,11 @@ def add_tune(sub) -> None:
     p.add_argument("--dashboard", metavar="[HOST:]PORT",
                    help="serve optuna-dashboard on the study's storage at http://127.0.0.1:PORT while it runs, and "
                         "after, until Ctrl-C (a finished study: only the dashboard)")
+    p.add_argument("--prune", nargs="?", const="median", metavar="PRUNER",
+                   help="stop a trial's run at a dev evaluation where Optuna's pruner says it will not win (the "
+                        "trial is recorded pruned, its run unfinished): median (the default), percentile, hyperband, "
+                        "successive-halving or threshold, with its Optuna class's arguments if any: "
+                        "'median(n_startup_trials=5, n_warmup_steps=100)'. Runs are evaluated every eval_steps")
     p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
                    help="how often a running trial says it is alive (default 30); one silent for 4 times as long is "
                         "taken for a killed worker's and run again")
@@ -723,7 +728,7 @@ def cmd_tune(args) -> int:
     seeds = _test_seeds(args.test_seeds)
     study = Study(args.preset, chosen_profile(args.profile), parse_space(args.space), args.trials, args.set or [],
                   args.seed, args.results_dir, args.data_dir, args.storage, args.study,
-                  (args.heartbeat, 4 * args.heartbeat))
+                  (args.heartbeat, 4 * args.heartbeat), args.prune)
     check(study)  # before the dashboard listens: bad input is one line
     if args.fail_running:
         print(f"{fail_running(study)} running trials marked failed, to run again")

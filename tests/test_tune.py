@@ -52,6 +52,9 @@ def test_a_space_reads_every_kind_of_dimension_and_refuses_a_malformed_one():
     (["--space", "lr=[1e-5"], "bad space dimension"),
     (["--space", "lr=log(1e-5,1e-4)", "--dashboard", "localhost:web"], "give a port \\(8080\\)"),
     (["--space", "lr=log(1e-5,1e-4)", "--test-seeds", "1;2"], "whole numbers separated by commas"),
+    (["--space", "lr=log(1e-5,1e-4)", "--prune", "patience"], "name one of median, percentile"),
+    (["--space", "lr=log(1e-5,1e-4)", "--prune", "median(warmup=3)"], "MedianPruner refuses it .*warmup"),
+    (["--space", "lr=log(1e-5,1e-4)", "--prune", "percentile(percentile=120)"], "PercentilePruner refuses it"),
 ])
 def test_bad_input_is_one_line_before_any_trial(args, words, data_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a trial ran"))
@@ -106,6 +109,60 @@ def test_on_a_journal_file_a_killed_workers_trial_runs_again_after_fail_running(
     trials = run(study)
     assert [t["state"] for t in trials] == ["fail", "complete"] and trials[0]["params"] == trials[1]["params"]
     assert fail_running(study) == 0 and run(study) == trials
+
+
+def _dev_steps(run) -> list[int]:
+    return [r["step"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "dev" in r]
+
+
+def test_a_pruned_trial_is_recorded_pruned_its_run_unfinished_and_resumed_by_whoever_needs_it(data_dir, tmp_path,
+                                                                                             monkeypatch):
+    """--prune: each dev evaluation of a trial's run (every 2 of its 8 steps) is reported to Optuna's pruner; a run it
+    stops is a PRUNED trial with the dev score it reached, and the store holds no record of it: only the run's
+    checkpoint of that step. A rerun trains nothing; the chosen configuration comes from complete trials only; the
+    same run asked for without a pruner resumes at that checkpoint and ends as an uninterrupted run does."""
+    from cse_kit.results import ResultStore
+
+    study = _study(tmp_path, data_dir, trials=2, overrides=["eval_steps=2"], prune="threshold(lower=100)")  # any score
+    trials = run(study)
+    assert [t["state"] for t in trials] == ["pruned"] * 2
+    assert all(list(t["dev_curve"]) == [2] and t["value"] == t["dev_curve"][2] for t in trials)
+    results = tmp_path / "results"
+    assert not list((results / "records").glob("*.json"))  # never a finished run
+    for trial in trials:
+        unfinished = results / "runs" / trial["key"]
+        assert loop.checkpoint_step(unfinished / "checkpoint") == 2 and not (unfinished / "summary.json").exists()
+        assert _dev_steps(unfinished) == [2]
+    with pytest.raises(TuneError, match="no complete trial"):
+        best(study)
+    monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a rerun trained a pruned trial"))
+    assert run(study) == trials
+    monkeypatch.undo()
+
+    cfg = study.config(trials[0]["params"])
+    resumed = study.store().get(cfg, ())
+    assert resumed["key"] == trials[0]["key"] and resumed["train"]["steps"] == 8
+    assert [r["step"] for r in resumed["dev_curve"]] == [2, 4, 6, 8]
+    uninterrupted = ResultStore(str(tmp_path / "fresh"), str(data_dir)).get(cfg, ())
+    scores = [[(r["step"], r["dev"]["stsb_spearman"]) for r in record["dev_curve"]]
+              for record in (resumed, uninterrupted)]
+    assert scores[0] == scores[1] and resumed["train"]["best"] == uninterrupted["train"]["best"]
+
+
+def test_a_pruner_that_would_stop_a_run_at_its_last_evaluation_lets_it_finish(data_dir, tmp_path):
+    """The last evaluation ends the run anyway: a prune there would throw away a finished run."""
+    study = _study(tmp_path, data_dir, trials=1, overrides=["eval_steps=2"],
+                   prune="threshold(lower=100, n_warmup_steps=8)")  # would prune at step 8 only
+    [trial] = run(study)
+    assert trial["state"] == "complete" and list(trial["dev_curve"]) == [2, 4, 6, 8]
+    record = json.loads((tmp_path / "results" / "records" / f"{trial['key']}.json").read_text())
+    assert record["train"]["steps"] == 8 and trial["value"] == record["train"]["best"]
+
+
+def test_without_prune_a_study_keeps_its_name_and_with_it_is_another_study(data_dir, tmp_path):
+    plain = _study(tmp_path, data_dir)
+    assert plain.name == Study(**{**plain.__dict__, "name": None, "prune": None}).name
+    assert _study(tmp_path, data_dir, prune="median").name != plain.name
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:

@@ -11,8 +11,10 @@ store, so the study holds exactly `trials` trials that count (complete, running 
 stops sending its heartbeat; the next worker to ask marks it failed and enqueues its parameters again
 (RetryHeartbeatStaleTrialCallback), so it is run again, resuming its run from the run's checkpoint, never lost or
 counted twice (SQLite and PostgreSQL; the journal file has no heartbeat: a worker killed there leaves its trial
-running until `--fail-running`). `dashboard` serves optuna-dashboard on the study's storage while it runs
-(docs/tuning.md)."""
+running until `--fail-running`). `prune` names Optuna's pruner: it hears the dev score of each evaluation a trial's run
+makes while it trains (eval_steps) and may stop the run there; the trial is then PRUNED, its run left unfinished
+(its checkpoint of that step, no record), never a finished run. `dashboard` serves optuna-dashboard on the study's
+storage while it runs (docs/tuning.md)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,6 +75,10 @@ class Dimension:
 _RANGE = re.compile(r"^(log|int|intlog)?\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)$")
 SPACE_SYNTAX = ("name=log(a,b) (log-uniform float), name=(a,b) (uniform float), name=int(a,b), name=intlog(a,b), "
                 "name=[x,y,z] (choices); dimensions separated by ';'")
+#: the pruners `--prune` names: Optuna's classes
+PRUNERS = {"median": "MedianPruner", "percentile": "PercentilePruner", "hyperband": "HyperbandPruner",
+           "successive-halving": "SuccessiveHalvingPruner", "threshold": "ThresholdPruner"}
+_PRUNER = re.compile(r"^([a-z-]+)\s*(?:\((.*)\))?$")
 
 
 def parse_space(text: str) -> list[Dimension]:
@@ -126,6 +133,31 @@ def _value(text: str):
     return {"true": True, "false": False, "none": None}.get(text.lower(), text.strip("'\""))
 
 
+def pruner(spec: str | None):
+    """Optuna's pruner that `--prune` names: NAME or NAME(key=value, ...) with the class's own arguments
+    (median(n_startup_trials=5, n_warmup_steps=100)); None: no pruning."""
+    import optuna
+
+    if not spec:
+        return optuna.pruners.NopPruner()
+    match = _PRUNER.match(spec.strip())
+    if not match or match.group(1) not in PRUNERS:
+        raise TuneError(f"--prune {spec}: name one of {', '.join(PRUNERS)}, with the arguments of its Optuna class "
+                        "if any: median(n_startup_trials=5, n_warmup_steps=100)")
+    name, args = match.groups()
+    kwargs = {}
+    for part in [a.strip() for a in (args or "").split(",") if a.strip()]:
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not key.isidentifier():
+            raise TuneError(f"--prune {spec}: write the arguments as key=value, separated by commas")
+        kwargs[key] = _value(value)
+    cls = getattr(optuna.pruners, PRUNERS[name])
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise TuneError(f"--prune {spec}: optuna.pruners.{cls.__name__} refuses it ({error})") from None
+
+
 def _setting(name: str, value) -> str:
     return f"{name}={value!r}" if isinstance(value, float) else f"{name}={value}"
 
@@ -145,6 +177,7 @@ class Study:
     storage: str | None = None  # None: DEFAULT_STORAGE beside the results store
     name: str | None = None  # None: named by what it searches
     heartbeat: tuple = HEARTBEAT
+    prune: str | None = None  # Optuna's pruner (pruner()); None: every trial's run trains to its end
 
     def __post_init__(self):
         self.space = [d if isinstance(d, Dimension) else Dimension(**{**d, "choices": tuple(d.get("choices", ()))})
@@ -154,6 +187,8 @@ class Study:
     def default_name(self) -> str:
         what = {"preset": self.preset, "profile": self.profile, "overrides": sorted(self.overrides),
                 "space": [asdict(d) for d in self.space], "seed": self.seed}
+        if self.prune:  # its trials may end unfinished: another study (one without keeps the name it had)
+            what["prune"] = self.prune
         return f"{self.preset}-{self.profile}-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]}"
 
     def config(self, params: dict, seed: int | None = None):
@@ -192,6 +227,7 @@ def check(study: Study) -> None:
                 study.config({dim.name: value})
             except (TypeError, ValueError) as error:
                 raise TuneError(f"space dimension {dim.name}: {value!r} is refused by the run ({error})") from None
+    pruner(study.prune)
     open_storage(study)
 
 
@@ -245,7 +281,7 @@ def load(study: Study):
     import optuna
 
     return optuna.create_study(study_name=study.name, storage=open_storage(study), sampler=sampler(study.seed, 0),
-                               direction="maximize", load_if_exists=True)
+                               pruner=pruner(study.prune), direction="maximize", load_if_exists=True)
 
 
 def sampler(seed: int, place: int):
@@ -301,18 +337,40 @@ def fail_running(study: Study) -> int:
 
 
 def run_trial(study: Study, trial, store: ResultStore) -> float:
-    """Train the trial's run in the store (a run it has is read, not trained) and return its dev score."""
+    """Train the trial's run in the store (a run it has is read, not trained) and return its dev score. Where the
+    study prunes, each dev evaluation of the run is reported to the trial, and a run the pruner stops raises
+    optuna.TrialPruned (its run keeps the checkpoint of that step; the store has no record of it)."""
+    import optuna
+
+    from ..train.loop import TrainingPruned
+
     params = {dim.name: dim.suggest(trial) for dim in study.space}
     cfg = study.config(params)
-    record = store.get(cfg, ())
-    trial.set_user_attr("key", record["key"])
+    trial.set_user_attr("key", store.key(cfg))
+    start = time.perf_counter()
+    try:
+        record = store.get(cfg, (), on_dev=_reporter(trial) if study.prune else None)
+    except TrainingPruned as pruned:
+        trial.set_user_attr("seconds", time.perf_counter() - start)
+        raise optuna.TrialPruned(str(pruned)) from None
+    trial.set_user_attr("seconds", time.perf_counter() - start)
     trial.set_user_attr("steps", record["train"]["steps"])
     trial.set_user_attr("train_seconds", record.get("timings", {}).get("train_train_s"))
     return float(record["train"]["best"])
 
 
+def _reporter(trial):
+    """train()'s on_dev for a trial: each dev score reported at its step; whether the study's pruner stops it."""
+    def on_dev(step: int, score: float) -> bool:
+        trial.report(score, step)
+        return trial.should_prune()
+
+    return on_dev
+
+
 def work(study: Study) -> int:
     """One worker: trials until the study holds its total; the number it ran."""
+    import optuna
     from optuna.trial import TrialState
 
     from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around each trial
@@ -322,6 +380,10 @@ def work(study: Study) -> int:
         try:
             with get_heartbeat_thread(trial._trial_id, optuna_study._storage):
                 value = run_trial(study, trial, store)
+        except optuna.TrialPruned:  # counted in the total with the last dev score it reported
+            optuna_study.tell(trial, state=TrialState.PRUNED)
+            ran += 1
+            continue
         except Exception as error:  # a run that fails is a failed trial, replaced by another; the study goes on
             optuna_study.tell(trial, state=TrialState.FAIL)
             trial_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
@@ -434,7 +496,8 @@ def summary(study: Study) -> list[dict]:
     """Every trial of the study: number, state, dev score, parameters, its run's key."""
     optuna_study = load(study)
     return [{"number": t.number, "state": t.state.name.lower(), "value": t.value, "params": t.params,
-             "key": t.user_attrs.get("key"), "train_seconds": t.user_attrs.get("train_seconds")}
+             "key": t.user_attrs.get("key"), "train_seconds": t.user_attrs.get("train_seconds"),
+             "seconds": t.user_attrs.get("seconds"), "dev_curve": dict(sorted(t.intermediate_values.items()))}
             for t in optuna_study.get_trials(deepcopy=False)]
 
 

@@ -227,9 +227,10 @@ class ResultStore:
         stated = ExportSettings(self.run_dir(record["key"]) / "model").pooler
         return stated if stated and stated != record["pooler"] else None
 
-    def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",)) -> dict:
+    def get(self, subject: TrainConfig | Pretrained, evals=("sts_test",), *, on_dev=None) -> dict:
         """The record of subject with every evaluation in evals (names of EVALUATIONS, or a researcher's tasks,
-        cse_kit.eval.user_tasks.UserTask): reused where finished, computed where not."""
+        cse_kit.eval.user_tasks.UserTask): reused where finished, computed where not. on_dev: train()'s, for a run
+        trained here (a study's pruner); a run it prunes raises loop.TrainingPruned and leaves no record."""
         unknown = [e for e in evals if not isinstance(e, UserTask) and e not in EVALUATIONS]
         if unknown:
             raise ValueError(f"unknown evaluation(s) {unknown}; choose from {', '.join(EVALUATIONS)}, or a task of "
@@ -245,7 +246,7 @@ class ResultStore:
             if self.force and key not in self._recomputed:
                 self._discard(key)
                 self._recomputed.add(key)
-            record = self._load(key) or self._new_record(key, subject, what)
+            record = self._load(key) or self._new_record(key, subject, what, on_dev)
             missing = with_shared_encodings([e for e in evals if e not in record["metrics"]], record)
             if missing:
                 self._evaluate(record, missing, run)
@@ -332,7 +333,7 @@ class ResultStore:
             record = {**record, "pooler": stated, "metrics": {}}
         return record
 
-    def _new_record(self, key: str, subject, what: dict) -> dict:
+    def _new_record(self, key: str, subject, what: dict, on_dev=None) -> dict:
         settings = subject.to_dict() if isinstance(subject, TrainConfig) else None
         record = {"key": key, "key_scheme": KEY_SCHEME, "configuration": configuration_digest(what),
                   "subject": what["subject"], "files": files_of(settings, self.data_dir), "profile": subject.profile,
@@ -342,13 +343,13 @@ class ResultStore:
         if isinstance(subject, TrainConfig):
             if source := method_digest(method_class(subject.method)):
                 record["method_source"] = source  # a researcher's method: which version of its module trained it
-            record.update(self._train(key, subject))
+            record.update(self._train(key, subject, on_dev))
         else:
             record["model_dir"], record["pooler"] = subject.model, subject.pooler
         self._write(record)
         return record
 
-    def _train(self, key: str, cfg: TrainConfig) -> dict:
+    def _train(self, key: str, cfg: TrainConfig, on_dev=None) -> dict:
         from ..train.export import ExportSettings
         from ..train.loop import train
 
@@ -360,7 +361,7 @@ class ResultStore:
         run = self.run_dir(key)
         cfg = cfg.replace(output_dir=str(run), data_dir=self.data_dir)
         # resumes an interrupted run from its checkpoint
-        summary = train(cfg, progress=self.progress, announce=self.announce, status=self.status)
+        summary = train(cfg, progress=self.progress, announce=self.announce, status=self.status, on_dev=on_dev)
         curve = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line]
         pooler = ExportSettings(summary["model"]).pooler or cfg.pooler  # the test vector (ConSERT's, sup SimCSE's)
         return {"config": cfg.to_dict(), "model_dir": summary["model"], "pooler": pooler,

@@ -60,6 +60,12 @@ class TrainingStopped(Exception):
     the checkpoint of the same step and stopped; training it again resumes there."""
 
 
+class TrainingPruned(Exception):
+    """train()'s on_dev stopped the run after a dev evaluation (a study's pruner, cse-kit tune --prune). Its
+    checkpoint of that step resumes it; it is not a finished run (no summary). Not a TrainingStopped: no signal
+    asked for it, and a pre-empted job's handler must not take it for one."""
+
+
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
 #: The checkpoint being written beside the last one.
@@ -127,7 +133,7 @@ def _is_better(new: float, best: float | None) -> bool:
 
 
 def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool = False,
-          announce=partial(print, flush=True), status=None) -> dict:
+          announce=partial(print, flush=True), status=None, on_dev=None) -> dict:
     """Train (or resume, or return the finished run in cfg.output_dir). Returns the run summary. announce(line)
     takes the header line a run starts with (a notebook's progress stream, not its output). status(line), when
     given, hears where the run is (its step and the time left) after its first step, then every STATUS_SECONDS: the
@@ -137,12 +143,15 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     resume_with_changes: then the new settings apply from the checkpoint's step on (lr and weight decay reset
     on the optimizer, the schedule recomputed) and each change is recorded in the summary. One trainer per run
     folder (run_lock): a second one waits for the first and then resumes or returns its run. What the run logs also
-    goes to the trackers of cfg.log_with (cse_kit.train.tracking; by default TensorBoard beside log.jsonl)."""
+    goes to the trackers of cfg.log_with (cse_kit.train.tracking; by default TensorBoard beside log.jsonl).
+
+    on_dev(step, score), when given, hears each dev evaluation's score (cfg.metric) on the main process; where it
+    returns True before the last step, the run saves its checkpoint there and raises TrainingPruned."""
     trackers = RunTrackers(cfg.log_with, announce)  # an unknown tracker is refused before anything loads
     with run_lock(Path(cfg.output_dir)):
         try:
             return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
-                          status=status, trackers=trackers)
+                          status=status, trackers=trackers, on_dev=on_dev)
         finally:  # a stopped or failed run's trackers keep what they were sent
             trackers.finish()
 
@@ -167,7 +176,8 @@ def run_lock(run: Path):
         lock.release()
 
 
-def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status, trackers) -> dict:
+def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, announce, status, trackers,
+           on_dev) -> dict:
     """train() under the run folder's lock: a finished run is returned as it is; any other is set up, resumed from its
     checkpoint where it has one, trained step by step and finished."""
     run = Path(cfg.output_dir)
@@ -181,7 +191,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     if resumed:
         training.resume(changes)
     training.start(announce, resumed, trackers)
-    training.train_steps(_Progress(training, progress, status))
+    training.train_steps(_Progress(training, progress, status), on_dev)
     return training.finish()
 
 
@@ -445,10 +455,10 @@ class _Training:
             if official:
                 announce(official)
 
-    def train_steps(self, progress: _Progress) -> None:
-        """Step until the last step, an early stop, or a stop the run's processes agree on (TrainingStopped): after
-        each step its losses logged, DiffAug's stage-1 states saved, the dev evaluation run and a checkpoint
-        written, where due."""
+    def train_steps(self, progress: _Progress, on_dev) -> None:
+        """Step until the last step, an early stop, a stop the run's processes agree on (TrainingStopped) or one
+        on_dev asks for after a dev evaluation (TrainingPruned): after each step its losses logged, DiffAug's
+        stage-1 states saved, the dev evaluation run and a checkpoint written, where due."""
         self.objective.train()
         stop_vote = StopVote(self.accelerator.num_processes)
         while self.state["step"] < self.total:
@@ -464,7 +474,11 @@ class _Training:
                 progress.show(self.log_losses(step, stage, out))
             self.save_stage1(step)
             if due:
-                progress.show(float(loss.detach()), self.evaluate(step))
+                score = self.evaluate(step)
+                progress.show(float(loss.detach()), score)
+                if on_dev and self.from_main(lambda: bool(on_dev(step, score))) and step < self.total:
+                    self.stop_at(step, TrainingPruned(f"{self.run} was pruned after its dev evaluation at step "
+                                                      f"{step} of {self.total}; its checkpoint resumes there"))
             if self.checkpoint_after(step):
                 break
             self.stop_if_agreed(step, stop_vote)
@@ -632,12 +646,16 @@ class _Training:
             return step % cfg.save_steps == 0
         if step % cfg.log_steps and step % cfg.eval_steps:
             return False
-        due = [time.monotonic() - self.last_save >= 60 * cfg.checkpoint_minutes]
+        return self.from_main(lambda: time.monotonic() - self.last_save >= 60 * cfg.checkpoint_minutes)
+
+    def from_main(self, decide):
+        """decide() on the main process, its answer shared with every process (so all act at the same step)."""
+        answer = [decide() if self.accelerator.is_main_process else None]
         if self.accelerator.num_processes > 1:
             from accelerate.utils import broadcast_object_list
 
-            broadcast_object_list(due, from_process=0)
-        return due[0]
+            broadcast_object_list(answer, from_process=0)
+        return answer[0]
 
     def save_checkpoint(self) -> None:
         """The weights, optimizers, schedules, random states and the loop's state, written beside the last
@@ -665,12 +683,16 @@ class _Training:
     def stop_if_agreed(self, step: int, stop_vote: StopVote) -> None:
         """Pre-emption (preemption.stop_after_this_step, in any process of the run): a checkpoint at this step, then
         TrainingStopped."""
-        if not stop_vote.agreed():
-            return
+        if stop_vote.agreed():
+            self.stop_at(step, TrainingStopped(f"{self.run} stopped after step {step} of {self.total}; its "
+                                               "checkpoint resumes there"))
+
+    def stop_at(self, step: int, stopped: Exception):
+        """A checkpoint at this step (where the last one is not of it), then raise `stopped`."""
         if checkpoint_step(self.checkpoint) != step:
             self.check_loss()
             self.save_checkpoint()
-        raise TrainingStopped(f"{self.run} stopped after step {step} of {self.total}; its checkpoint resumes there")
+        raise stopped
 
     def finish(self) -> dict:
         """The run's summary, written to summary.json; the checkpoint removed unless keep_checkpoint."""
