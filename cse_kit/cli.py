@@ -710,8 +710,8 @@ def add_tune(sub) -> None:
                    help="how often a running trial says it is alive (default 30); one silent for 4 times as long is "
                         "taken for a killed worker's and run again")
     p.add_argument("--test-seeds", metavar="S[,S]", help="after the study, train the chosen configuration with these "
-                                                         "seeds and test it (STS test); the study itself reads no "
-                                                         "test set")
+                                                         "seeds (by the study's workers) and test it (STS test); the "
+                                                         "study itself reads no test set")
     _results_dir_arg(p)
     _data_dir_arg(p)
 
@@ -736,7 +736,7 @@ def cmd_tune(args) -> int:
         if url:
             print(f"dashboard: {url}", flush=True)
         trials = run(study, args.workers, args.cluster)
-        _print_study(study, trials, args.storage, seeds)
+        _print_study(study, trials, args.storage, seeds, args.workers, args.cluster)
         if url:
             return _serve_until_stopped(url)
     return 0
@@ -749,8 +749,10 @@ def _test_seeds(text: str | None) -> list[int]:
         raise ValueError(f"--test-seeds takes whole numbers separated by commas (1,2,3), got {text!r}") from None
 
 
-def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int]) -> None:
-    """The study's trials, the chosen one, and its test numbers over `seeds` (trained or read after the study)."""
+def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int], workers: int,
+                 cluster: str) -> None:
+    """The study's trials, the chosen one, and its test numbers over `seeds` (trained or read after the study, by
+    the study's workers)."""
     from .experiments.tuning import chosen_on_test, trial_table
     from .publish.numbers import over_seeds
 
@@ -762,7 +764,8 @@ def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int
         print(f"chosen: trial {chosen['number']}, dev {chosen['value']:.4f}: "
               + " ".join(f"{k}={v}" for k, v in chosen["params"].items()))
     if seeds:
-        scores = [r["metrics"]["sts_test"]["avg"] for r in chosen_on_test(study, seeds)]
+        scores = [r["metrics"]["sts_test"]["avg"] for r in chosen_on_test(study, seeds, workers=workers,
+                                                                            cluster=cluster)]
         mean, std, n = over_seeds(scores)
         print(f"test (STS avg, {n} seeds {seeds}): {mean:.2f} ± {std:.2f}", flush=True)
 

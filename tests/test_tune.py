@@ -165,6 +165,24 @@ def test_without_prune_a_study_keeps_its_name_and_with_it_is_another_study(data_
     assert _study(tmp_path, data_dir, prune="median").name != plain.name
 
 
+def test_slurm_jobs_train_every_trial_in_the_precision_the_submitter_keys(data_dir, tmp_path):
+    """A SLURM job resolves `mixed_precision=auto` on its own node (a GPU, another CPU); the study sent to the jobs
+    carries the precision the report's workers are sent (parallel.for_workers), so the winning trial is the run the
+    submitter's --test-seeds key, and the study keeps its name. A profile with a fixed precision is sent as it is."""
+    from cse_kit.experiments.tuning import sent_to_jobs
+    from cse_kit.results import parallel
+    from cse_kit.train.precision import resolve_precision
+
+    for profile, gpu in [("cpu", False), ("paper", True)]:
+        study = Study("simcse-bert", profile, parse_space(SPACE), 2, [], 1, str(tmp_path / "r"), str(data_dir))
+        sent = sent_to_jobs(study)
+        assert sent.name == study.name and sent.results_dir == str(tmp_path / "r")
+        assert sent.config({}).mixed_precision == resolve_precision("auto", gpu) != study.config({}).mixed_precision
+        assert sent.config({}) == parallel.for_workers(study.config({}), "slurm")
+    smoke = _study(tmp_path, data_dir)
+    assert sent_to_jobs(smoke).overrides == smoke.overrides  # smoke trains in fp32 everywhere
+
+
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
     return [p for p in parent.children(recursive=True) if "cse_kit.experiments.tuning" in " ".join(p.cmdline())]
 
@@ -251,24 +269,30 @@ def test_a_study_on_a_real_postgresql_runs_to_its_total_and_a_rerun_trains_nothi
 @pytest.mark.slow  # two SLURM jobs start Python and torch on a loaded 2-core machine: about a minute
 def test_a_study_on_slurm_against_postgresql_runs_in_jobs_and_a_rerun_sends_none(slurm, postgresql, data_dir, tmp_path):
     """docs/tuning.md's cluster command: `--workers 2 --cluster slurm --storage postgresql://...`, two SLURM jobs on
-    one study in a lab's database; every trial complete once, and a rerun sends no job and trains nothing."""
+    one study in a lab's database; every trial complete once; the chosen configuration's seeds 1 and 2 are tested
+    in jobs too (seed 1's run is the winning trial's, evaluated, not trained); a rerun sends no job and trains
+    nothing."""
     url = postgresql.database("tune_slurm", "lab", "s3cret")
     env = {**os.environ, "CSE_KIT_JOBS_DIR": str(tmp_path / "jobs"), "TQDM_DISABLE": "1"}
     argv = [sys.executable, "-m", "cse_kit.cli", *_tune_argv(tmp_path, data_dir, 4, "--workers", "2", "--cluster",
-                                                             "slurm", "--storage", url)]
+                                                             "slurm", "--storage", url, "--test-seeds", "1,2")]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert re.search(r"2 SLURM jobs \(\d+, \d+\)", done.stdout), done.stdout
     trials = _trials_in(url)
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4 and len({t.user_attrs["key"] for t in trials}) == 4
+    assert "2 runs pending: 2 workers (slurm)" in done.stdout, done.stdout  # the seeds' tests, as jobs
+    assert re.search(r"^test \(STS avg, 2 seeds \[1, 2\]\): \d+\.\d\d ± \d+\.\d\d$", done.stdout, re.M), done.stdout
     logs = sorted((tmp_path / "jobs").glob("*_log.err"))
-    assert len(logs) == 2 and all(p.name.split("_")[0].isdigit() for p in logs)  # what each job logged
-    records = len(list((tmp_path / "results" / "records").glob("*.json")))
+    assert len(logs) == 4 and all(p.name.split("_")[0].isdigit() for p in logs)  # what each job logged
+    records = [json.loads(r.read_text()) for r in (tmp_path / "results" / "records").glob("*.json")]
+    assert len(records) == 5 and sum("sts_test" in r["metrics"] for r in records) == 2  # 4 trials and seed 2
 
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "SLURM jobs" not in again.stdout, again.stdout + again.stderr[-3000:]
-    assert len(list((tmp_path / "jobs").glob("*_log.err"))) == 2 and len(_trials_in(url)) == 4
-    assert len(list((tmp_path / "results" / "records").glob("*.json"))) == records == 4
+    assert again.returncode == 0 and "SLURM jobs" not in again.stdout and "pending" not in again.stdout, \
+        again.stdout + again.stderr[-3000:]
+    assert len(list((tmp_path / "jobs").glob("*_log.err"))) == 4 and len(_trials_in(url)) == 4
+    assert len(list((tmp_path / "results" / "records").glob("*.json"))) == 5
 
 
 def test_the_dashboard_lists_the_studys_trials_with_their_values_in_a_browser(data_dir, tmp_path):

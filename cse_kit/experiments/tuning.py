@@ -429,16 +429,13 @@ def slurm_workers(study: Study, workers: int, say) -> None:
     $CSE_KIT_EXECUTOR_PARAMS, the private jobs folder, a GPU only for the paper profile). Each job is the study's
     worker (work) with the store and storage resolved here: a node may have another working directory and
     environment. A job that fails leaves its trial to the heartbeat and to a rerun."""
-    from dataclasses import replace
-
     from ..methods.registry import check_sendable
     from ..results import parallel
 
     base = study.config({})
     check_sendable(base.method)  # a notebook's own method cannot train in a job
-    store = study.store()
-    sent = replace(study, results_dir=str(store.root), data_dir=str(store.data_dir), storage=study.storage_url())
-    folder = parallel.jobs_dir(store.root)
+    sent = sent_to_jobs(study)
+    folder = parallel.jobs_dir(sent.results_dir)
     jobs = [executor.submit(work, sent)
             for executor in parallel.executors(folder, workers, "slurm", parallel.job_resources([(base, ())]))]
     say(f"study {study.name}: {workers} SLURM jobs ({', '.join(j.job_id for j in jobs)}); logs in {folder}")
@@ -447,6 +444,22 @@ def slurm_workers(study: Study, workers: int, say) -> None:
     if failed:
         say(f"{len(failed)} of {workers} jobs ended without finishing (log: {failed[0].paths.stderr}); rerun the "
             "same command to finish the study")
+
+
+def sent_to_jobs(study: Study) -> Study:
+    """The study as SLURM jobs get it: the store and storage resolved here (a node may have another working
+    directory and environment), and the trials' precision resolved for the jobs' device as the report's workers
+    resolve theirs (parallel.for_workers): every trial, wherever it trains, is the run the submitter keys, so the
+    chosen configuration's seeds (chosen_on_test) find the winning trial's run. Its name is the study's."""
+    from dataclasses import replace
+
+    from ..results import parallel
+
+    store, base = study.store(), study.config({})
+    precision = parallel.for_workers(base, "slurm").mixed_precision
+    resolved = [f"mixed_precision={precision}"] if precision != base.mixed_precision else []
+    return replace(study, results_dir=str(store.root), data_dir=str(store.data_dir), storage=study.storage_url(),
+                   overrides=[*study.overrides, *resolved])
 
 
 def _answered(job) -> bool:
@@ -509,10 +522,17 @@ def best(study: Study) -> dict:
     return max(done, key=lambda t: t["value"])
 
 
-def chosen_on_test(study: Study, seeds: list[int], evaluations=("sts_test",)) -> list[dict]:
-    """The chosen configuration trained (or read) over seeds and tested: the study's only test-set reads."""
+def chosen_on_test(study: Study, seeds: list[int], evaluations=("sts_test",), workers: int = 1,
+                   cluster: str = "local") -> list[dict]:
+    """The chosen configuration trained (or read) over seeds and tested: the study's only test-set reads. With
+    workers (local processes or SLURM jobs, as the report's: parallel.compute_all) the runs the store lacks are
+    computed by them first, in the precision the study's jobs trained in (sent_to_jobs)."""
+    from ..results import parallel
+
     params, store = best(study)["params"], study.store()
-    return [store.get(study.config(params, seed), evaluations) for seed in seeds]
+    runs = [parallel.for_workers(study.config(params, seed), cluster) for seed in seeds]
+    parallel.compute_all(store, [(cfg, evaluations) for cfg in runs], workers, cluster)
+    return [store.get(cfg, evaluations) for cfg in runs]
 
 
 def trial_table(trials: list[dict]) -> str:
