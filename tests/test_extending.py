@@ -188,8 +188,8 @@ def test_the_method_source_is_in_the_key_so_editing_the_loss_recomputes_its_runs
     store = ResultStore(tmp_path / "store", data_dir)
     trained = []
     train = ResultStore._train
-    monkeypatch.setattr(ResultStore, "_train", lambda self, key, cfg: (trained.append(cfg.method),
-                                                                         train(self, key, cfg))[1])
+    monkeypatch.setattr(ResultStore, "_train", lambda self, key, cfg, on_dev=None: (trained.append(cfg.method),
+                                                                                    train(self, key, cfg, on_dev))[1])
     simcse = build_config("simcse-bert", "smoke", {"seed": 3})
     own = build_config("simcse-bert", "smoke", {"seed": 3, "method": "edited_method"})
     for cfg in (simcse, own):

@@ -436,7 +436,8 @@ def test_a_run_is_evaluated_with_the_pooler_its_model_is_read_with_and_an_older_
     store = ResultStore(tmp_path, data_dir)
     trained = []
     train = ResultStore._train
-    monkeypatch.setattr(ResultStore, "_train", lambda self, key, cfg: (trained.append(key), train(self, key, cfg))[1])
+    monkeypatch.setattr(ResultStore, "_train", lambda self, key, cfg, on_dev=None: (trained.append(key),
+                                                                                    train(self, key, cfg, on_dev))[1])
     cfg = build_config(preset, "smoke", {"seed": 1})
     record = store.get(cfg, ("sts_dev",))
     assert record["pooler"] == tested_with != cfg.pooler
