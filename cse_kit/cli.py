@@ -753,16 +753,14 @@ def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int
                  cluster: str) -> None:
     """The study's trials, the chosen one, and its test numbers over `seeds` (trained or read after the study, by
     the study's workers)."""
-    from .experiments.tuning import chosen_on_test, trial_table
+    from .experiments.tuning import chosen, chosen_on_test, trial_table
     from .publish.numbers import over_seeds
 
     print(f"study {study.name} ({study.storage_url() if storage is None else 'storage given'}): {len(trials)} trials")
     print(trial_table(trials))
-    done = [t for t in trials if t["state"] == "complete"]
-    if done:
-        chosen = max(done, key=lambda t: t["value"])
-        print(f"chosen: trial {chosen['number']}, dev {chosen['value']:.4f}: "
-              + " ".join(f"{k}={v}" for k, v in chosen["params"].items()))
+    if winner := chosen(trials):
+        print(f"chosen: trial {winner['number']}, dev {winner['value']:.4f}: "
+              + " ".join(f"{k}={v}" for k, v in winner["params"].items()))
     if seeds:
         scores = [r["metrics"]["sts_test"]["avg"] for r in chosen_on_test(study, seeds, workers=workers,
                                                                             cluster=cluster)]

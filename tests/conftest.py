@@ -34,8 +34,8 @@ ARCHIVES = {
 #: would leave the other worker idle. Other files follow in their usual order.
 SLOWEST_FILES = ("test_notebooks.py", "test_train.py", "test_extending.py", "test_slurm.py", "test_eval_real.py",
                  "test_mini_profile.py", "test_diffaug.py", "test_grad_cache.py", "test_parallel.py",
-                 "test_publish.py", "test_tune.py", "test_equal_budget.py", "test_untrusted_files.py", "test_results.py", "test_checkpoint.py",
-                 "test_tracking.py", "test_mteb.py", "test_esimcse.py", "test_bench.py", "test_diffaug_modules.py",
+                 "test_publish.py", "test_tune.py", "test_equal_budget.py", "test_untrusted_files.py",
+                 "test_results.py", "test_checkpoint.py", "test_tracking.py", "test_mteb.py", "test_esimcse.py", "test_bench.py", "test_diffaug_modules.py",
                  "test_readme.py", "test_models.py", "test_doctor.py", "test_progress.py", "test_stale.py")
 
 

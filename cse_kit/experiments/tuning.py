@@ -291,17 +291,6 @@ def sampler(seed: int, place: int):
     return optuna.samplers.TPESampler(seed=seed * 1_000_003 + place)
 
 
-#: the states of the trials that count toward a study's total (a failed trial is replaced)
-def _counting_states():
-    from optuna.trial import TrialState
-
-    return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-
-
-def counted(optuna_study) -> int:
-    return len(optuna_study.get_trials(deepcopy=False, states=_counting_states()))
-
-
 def next_trial(study: Study, optuna_study):
     """A trial to run, or None when the study holds its total: asked under the study's lock, after the trials of dead
     workers are failed (and their parameters enqueued again), so two workers never overshoot the total."""
@@ -314,12 +303,16 @@ def next_trial(study: Study, optuna_study):
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path)):
         optuna.storages.fail_stale_trials(optuna_study)  # a storage without heartbeats (the journal) has none
-        waiting = optuna_study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        if not waiting and counted(optuna_study) >= study.trials:
+        trials = optuna_study.get_trials(deepcopy=False)  # read once: nothing else asks while the lock is held
+        waiting = any(t.state == TrialState.WAITING for t in trials)
+        # the trials that count toward the total (a failed trial is replaced)
+        counted = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+                      for t in trials)
+        if not waiting and counted >= study.trials:
             return None
         # the sampler seeded by the trial's place in the study: workers (each with its own sampler) never draw the
         # same parameters, and a study's n-th trial is drawn the same way whichever worker asks for it
-        optuna_study.sampler = sampler(study.seed, len(optuna_study.get_trials(deepcopy=False)))
+        optuna_study.sampler = sampler(study.seed, len(trials))
         return optuna_study.ask()
 
 
@@ -514,12 +507,18 @@ def summary(study: Study) -> list[dict]:
             for t in optuna_study.get_trials(deepcopy=False)]
 
 
-def best(study: Study) -> dict:
-    """The complete trial with the best dev score."""
-    done = [t for t in summary(study) if t["state"] == "complete"]
-    if not done:
+def chosen(trials: list[dict]) -> dict | None:
+    """The complete trial with the best dev score among `trials` (as summary() gives them), or None."""
+    done = [t for t in trials if t["state"] == "complete"]
+    return max(done, key=lambda t: t["value"]) if done else None
+
+
+def best(study: Study, trials: list[dict] | None = None) -> dict:
+    """The study's chosen trial (chosen), from `trials` where the caller has them (summary(study) otherwise)."""
+    found = chosen(summary(study) if trials is None else trials)
+    if found is None:
         raise TuneError(f"study {study.name} has no complete trial yet: run it (cse-kit tune ...)")
-    return max(done, key=lambda t: t["value"])
+    return found
 
 
 def chosen_on_test(study: Study, seeds: list[int], evaluations=("sts_test",), workers: int = 1,
@@ -531,7 +530,8 @@ def chosen_on_test(study: Study, seeds: list[int], evaluations=("sts_test",), wo
 
     params, store = best(study)["params"], study.store()
     runs = [parallel.for_workers(study.config(params, seed), cluster) for seed in seeds]
-    parallel.compute_all(store, [(cfg, evaluations) for cfg in runs], workers, cluster)
+    if parallel.uses_workers(workers, cluster):
+        parallel.compute_all(store, [(cfg, evaluations) for cfg in runs], workers, cluster)
     return [store.get(cfg, evaluations) for cfg in runs]
 
 

@@ -130,21 +130,21 @@ class StudyRow(Row):
         return self.study.config(self.params, seed)
 
 
-def rows(found: dict[str, Study], profile: str) -> list[Row]:
+def rows(found: dict[str, Study], winners: dict[str, dict], profile: str) -> list[Row]:
     """Each method's paper recipe (comparison.rows: the head-to-head's runs, shared through the store), then its
-    chosen configuration."""
+    chosen configuration (winners: method -> its study's chosen trial)."""
     paper = cmp.rows(profile, list(found), [PAPER_RECIPE])
-    chosen = [StudyRow(cmp.label(m, RECIPE), study.preset, study=study, params=best(study)["params"])
+    chosen = [StudyRow(cmp.label(m, RECIPE), study.preset, study=study, params=winners[m]["params"])
               for m, study in found.items()]
     return paper + chosen
 
 
 # --- tables ---------------------------------------------------------------------------------------------------------
-def chosen_settings(found: dict[str, Study], profile: str) -> pd.DataFrame:
+def chosen_settings(found: dict[str, Study], winners: dict[str, dict], profile: str) -> pd.DataFrame:
     """Per method and searched setting: the paper recipe's value (on this profile), the chosen one, the range."""
     lines = []
     for method, study in found.items():
-        cfg, chosen = recipe_config(method, profile), best(study)["params"]
+        cfg, chosen = recipe_config(method, profile), winners[method]["params"]
         for dim in study.space:
             searched = (f"{list(dim.choices)}" if dim.kind == "categorical" else
                         f"{'log ' if dim.log else ''}[{dim.low:g}, {dim.high:g}]")
@@ -193,7 +193,8 @@ def _mean_std(by_seed: dict[int, float]) -> str:
                     len(values))
 
 
-def search_cost(found: dict[str, Study], trials: dict[str, list[dict]], found_records: dict) -> pd.DataFrame:
+def search_cost(found: dict[str, Study], trials: dict[str, list[dict]], winners: dict[str, dict],
+                found_records: dict) -> pd.DataFrame:
     """Per method: the dev score it selects on, the trials (complete, failed, pruned) and their training seconds,
     the best dev score, and the training seconds of the test runs (both recipes over the seeds; the winning trial's
     run, shared, counted once, with the study)."""
@@ -206,7 +207,7 @@ def search_cost(found: dict[str, Study], trials: dict[str, list[dict]], found_re
                  if r["key"] not in trial_keys]
         lines.append({"method": method, "dev metric": study.config({}).metric, "trials": len(states),
                       "complete": states.count("complete"), "failed": states.count("fail"),
-                      "pruned": states.count("pruned"), "best dev": best(study)["value"],
+                      "pruned": states.count("pruned"), "best dev": winners[method]["value"],
                       "study training s": sum(seconds),
                       "s per trial (median)": float(np.median(seconds)) if seconds else math.nan,
                       "test runs": len(tests), "test runs training s": sum(_train_seconds(r) for r in tests)})
@@ -239,15 +240,16 @@ def equal_budget(s, methods: list, trials: int, spaces: dict, bootstrap_samples:
     found = studies(s, methods, trials, spaces)
     workers = s.workers if s.cluster == "local" else 1  # a study's workers are local processes (cse-kit tune)
     trial_lists = search(found, workers)
-    table_rows = rows(found, s.profile)
+    winners = {m: best(study, trial_lists[m]) for m, study in found.items()}  # read once, from the trials searched
+    table_rows = rows(found, winners, s.profile)
     transfer = cmp.transfer_evaluation(s.profile)
     h = cmp.head_to_head(table_rows, s, [PAPER_RECIPE, RECIPE], transfer, bootstrap_samples=bootstrap_samples,
                          level=level)
     found_records = fetch_records(table_rows, s, cmp.evaluations(transfer))
     gold = cmp.gold(s.store.data_dir)
-    return EqualBudget(found, trial_lists, chosen_settings(found, s.profile), h,
+    return EqualBudget(found, trial_lists, chosen_settings(found, winners, s.profile), h,
                        against_paper(h.long, found_records, gold, bootstrap_samples, level),
-                       search_cost(found, trial_lists, found_records))
+                       search_cost(found, trial_lists, winners, found_records))
 
 
 def show(e: EqualBudget, level: float) -> None:
