@@ -470,6 +470,19 @@ def add_report(sub) -> None:
     p.add_argument("--cluster", default="local", choices=["local", "slurm"],
                    help="where the workers run (submitit); SLURM parameters as JSON in $CSE_KIT_EXECUTOR_PARAMS, "
                         "e.g. '{\"slurm_partition\": \"gpu\"}'")
+    p.add_argument("--plan", action="store_true",
+                   help="print the report's bill and execute nothing: every training run its notebooks need on the "
+                        "profile (seeds and grids included), its steps and hours from measured step times, per "
+                        "notebook and in all, less the runs the results store holds, and the wall time on --workers "
+                        "GPUs or jobs (docs/notebooks.md, \"The report's bill\")")
+    p.add_argument("--measure", action="store_true",
+                   help="with --plan: first time a few steps of each method the plan trains, and each final "
+                        "evaluation it asks for, on this machine (minutes), into <results store>/step_times.json, "
+                        "which later plans read before the shipped figures")
+    p.add_argument("--device", metavar="NAME",
+                   help="with --plan: price with the step times recorded for this device (e.g. 'NVIDIA H200'); "
+                        "default: this machine's measured ones, else the shipped ones for the profile")
+    p.add_argument("--json", action="store_true", help="with --plan: the bill as JSON")
 
 
 def cmd_report(args) -> int:
@@ -483,6 +496,11 @@ def cmd_report(args) -> int:
         return cmd_status(args)
     if args.latex or args.markdown:
         return _write_paper_tables(args)
+    if args.plan or args.measure:
+        return _report_plan(args)
+    if args.json or args.device:
+        raise ValueError("--json and --device go with --plan (the report's bill); the report itself writes "
+                         "reports/report.json")
     check_notebooks()  # a plain `pip install .` is refused before anything runs
 
     if args.workers < 1:
@@ -526,6 +544,36 @@ def cmd_report(args) -> int:
         print(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (their errors are in the page and under "
               f"{index.parent / 'executed'})", file=sys.stderr)
         return 1
+    return 0
+
+
+def _report_plan(args) -> int:
+    """`cse-kit report --plan [--measure]`: the report's bill; trains, evaluates and executes nothing (--measure times a
+    few steps of each method first, in a temporary folder)."""
+    from .experiments import resolve_profile
+    from .report import select
+    from .report.plan import bill, measure_for, plan, text
+    from .report.step_times import figures_for
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
+    if args.measure and args.device:
+        raise ValueError("--measure times this machine; --device prices with another device's recorded times: "
+                         "give one of them")
+    profile = resolve_profile(args.profile)
+    planned = plan(profile, select(args.paper, args.only), args.results_dir, args.data_dir, args.workers,
+                   args.cluster)
+    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    figures = (measure_for(planned, args.data_dir, args.results_dir, log) if args.measure
+               else figures_for(profile, args.results_dir, args.device))
+    priced = bill(planned, figures)
+    if args.json:
+        print(json.dumps(priced, indent=1, default=str))
+    else:
+        command = " ".join(["cse-kit report", f"--profile {profile}", "--plan",
+                            *([f"--workers {args.workers}"] if args.workers > 1 else []),
+                            *([f"--cluster {args.cluster}"] if args.cluster != "local" else [])])
+        print(text(priced, command))
     return 0
 
 

@@ -39,10 +39,13 @@ def describe(device: str | torch.device | None = None) -> dict:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     env = {"cse_kit": __version__, "python": platform.python_version(), **describe_versions(),
            "device": str(device), "torch_threads": torch.get_num_threads(),
-           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform()}
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform(),
+           # torch's deterministic algorithms, on for a run with deterministic=true (cse_kit.train.determinism)
+           "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
+        env["cublas_workspace_config"] = os.environ.get("CUBLAS_WORKSPACE_CONFIG")  # None: cuBLAS's default
     else:
         env["cpu"] = platform.processor() or platform.machine()
         env["cpu_model"] = cpu_model()

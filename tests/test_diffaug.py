@@ -212,7 +212,7 @@ def test_fp16_clipping_unscales_a_parameter_of_both_optimizers_once(stepping):
     """DiffAug's prefixes are in both optimizers; Accelerate's clip_grad_norm_ unscaled every prepared optimizer, so
     under fp16 they reached AdamW at 2^-16 of their gradient. Only the stepping optimizer is unscaled now; a
     parameter outside it keeps its scaled gradient, as the official stage 1 (unscale optimizer2, clip everything)."""
-    from cse_kit.train.loop import clip_gradients
+    from cse_kit.train.step import clip_gradients
 
     shared, encoder = torch.nn.Parameter(torch.tensor([1.0, -2.0])), torch.nn.Parameter(torch.tensor([3.0]))
     main, first = torch.optim.AdamW([shared, encoder]), torch.optim.AdamW([shared])

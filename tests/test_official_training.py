@@ -602,7 +602,7 @@ def test_the_fp16_step_unscales_clips_and_skips_an_overflow_as_the_official_trai
     and halves the scale."""
     from accelerate import Accelerator
 
-    from cse_kit.train.loop import clip_gradients
+    from cse_kit.train.step import clip_gradients
 
     named = _named_bert()
     params = [p for _, p in named]

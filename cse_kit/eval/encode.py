@@ -174,6 +174,21 @@ def length_batches(lengths: np.ndarray, batch_size: int, max_tokens: int | None)
     return batches
 
 
+#: the lengths `pad_to=buckets` pads a training batch to: the smallest that holds its longest row (the data's
+#: longest above them)
+BUCKET_LENGTHS = (8, 16, 32, 64, 128, 256, 512)
+
+
+def pad_length(longest: int, padding: str, fixed: int | None) -> int:
+    """The length a batch whose longest row is `longest` is padded to: its own (longest), the data's longest row
+    `fixed` (fixed), or the next of BUCKET_LENGTHS, at most `fixed` (buckets)."""
+    if padding == "longest" or fixed is None:
+        return longest
+    if padding == "fixed":
+        return max(fixed, longest)
+    return min(next((b for b in BUCKET_LENGTHS if b >= longest), longest), max(fixed, longest))
+
+
 def pad_ids(ids: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """input_ids and attention_mask, right-padded to the longest (what tokenizer.pad does, without its per-call
     Python overhead)."""

@@ -60,8 +60,9 @@ def mask_states(last_hidden: torch.Tensor, input_ids: torch.Tensor, mask_token_i
     """(rows, hidden): each row's state at its last mask token (the template's: a mask token the sentence itself
     holds comes before it; the official `last_hidden[input_ids == mask_id]` assumes there is one)."""
     is_mask = input_ids == mask_token_id
-    if not bool(is_mask.any(dim=1).all()):
-        raise ValueError("a row has no mask token: prompt pooling needs inputs filled into the template")
+    # asserted on the device (a GPU step does not wait for the answer); a CPU raises here
+    torch._assert_async(is_mask.any(dim=1).all(),
+                        "a row has no mask token: prompt pooling needs inputs filled into the template")
     last = is_mask.shape[1] - 1 - is_mask.flip(1).int().argmax(dim=1)
     return last_hidden[torch.arange(len(input_ids), device=input_ids.device), last]
 

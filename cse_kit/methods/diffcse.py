@@ -354,7 +354,8 @@ class DiffCSE(SimCSE):
         """mean over `where` (the official mean for RTD covers every position), or the paper's sum."""
         if self.rtd_reduction == "sum":
             return (per_token * where).sum()
-        return per_token[where].mean() if where.any() else per_token.sum() * 0
+        # chosen on the device: no row covered gives 0 (the mean of nothing is nan), without waiting to ask
+        return torch.where(where.any(), per_token[where].mean(), per_token.sum() * 0)
 
     def rtd_tokens(self, h: torch.Tensor, edited: torch.Tensor, labels: torch.Tensor,
                    attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..eval.encode import pooled_output
+from ..eval.encode import pad_length, pooled_output
 from .contrastive import gather_with_grad, info_nce
 from .diffcse import generator_head_input
 from .objective import check_choice, variant_choices
@@ -117,6 +117,14 @@ class LengthExtender:
             return max(0, min(OFFICIAL_MAX_DUP, math.floor(self.dup_rate * length)) - 1), units
         # word path: randrange(min(10, n, max(2, int(dup_rate * n)))) over words 0..n-2 (never the last word)
         return max(0, min(OFFICIAL_MAX_DUP, units, max(2, math.floor(self.dup_rate * units))) - 1), max(0, units - 1)
+
+    def most_added(self, length: int) -> int:
+        """The most tokens a row of `length` tokens (special ones included) can gain: every unit of its body once,
+        or, official sub-word sampling, fewer than OFFICIAL_MAX_DUP sub-words (what a fixed-shape step pads x+ to)."""
+        body = max(0, length - 2)
+        if self.sampling != "paper" and self.level == "subword":
+            return min(OFFICIAL_MAX_DUP - 1, body)
+        return body
 
     def draw(self, units: int, length: int, rng: torch.Generator | None) -> list[int]:
         """Sorted indices of the selected units."""
@@ -250,6 +258,8 @@ class ESimCSE(SimCSE):
             # persistent: the checkpoint (model.safetensors) keeps them, so a resumed run has the same queue
             self.register_buffer("queue", torch.zeros(queue_size, hidden))
             self.register_buffer("queue_filled", torch.zeros((), dtype=torch.long))
+            self.register_load_state_dict_post_hook(lambda module, keys: setattr(module, "_filled", None))
+        self._filled = None  # queue_filled on the host (filled())
 
     @classmethod
     def from_config(cls, cfg, tokenizer, encoder) -> "ESimCSE":
@@ -273,13 +283,22 @@ class ESimCSE(SimCSE):
             self.generator.eval()
         return self
 
+    def host_inputs(self, batch: dict) -> dict:
+        """The extended sentences drawn on the host, from the batch's ids before they move (Python work per sentence
+        that would otherwise wait for the device), in the order the step would draw them."""
+        if self.extender is None or "input_ids" not in batch:
+            return batch
+        ids, mask, inserted = self.extender(batch["input_ids"][:, 0], batch["attention_mask"][:, 0],
+                                            batch.get("example_index"))
+        return {**batch, "extended_ids": ids, "extended_mask": mask, "extended_inserted": inserted}
+
     @torch.no_grad()
     def positive(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 example_index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x+ for each sentence x (ids and mask)."""
+                 example_index: torch.Tensor | None, extended: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x+ for each sentence x (ids and mask); extended: the extender's (ids, mask, inserted), drawn on the host."""
         if self.extender is None:
             return input_ids, attention_mask
-        ids, mask, inserted = self.extender(input_ids, attention_mask, example_index)
+        ids, mask, inserted = extended or self.extender(input_ids, attention_mask, example_index)
         if self.generator is not None and inserted.any():
             hidden = generator_head_input(self.generator, ids, mask)[inserted]
             ids[inserted] = self.generator.get_output_embeddings()(hidden).argmax(-1)
@@ -311,10 +330,17 @@ class ESimCSE(SimCSE):
     @torch.no_grad()
     def enqueue(self, z: torch.Tensor) -> None:
         """FIFO, oldest first: the newest `queue_size` rows of (queue, z)."""
-        filled = int(self.queue_filled)
-        kept = torch.cat([self.queue[:filled], z.to(self.queue.dtype)])[-self.queue_size:]
+        kept = torch.cat([self.queue[:self.filled()], z.to(self.queue.dtype)])[-self.queue_size:]
         self.queue[:len(kept)] = kept
         self.queue_filled.fill_(len(kept))
+        self._filled = len(kept)
+
+    def filled(self) -> int:
+        """The queue's rows, as queue_filled holds them, counted on the host (read from the device once, after the
+        objective is built or its state loaded)."""
+        if self._filled is None:
+            self._filled = int(self.queue_filled)
+        return self._filled
 
     def pair(self, batch: dict) -> dict:
         """(x, x+) as the two views of each row, padded to one width, with the original sentence x on its own
@@ -322,8 +348,12 @@ class ESimCSE(SimCSE):
         if batch["input_ids"].shape[1] != 2:
             raise ValueError(f"ESimCSE trains on unlabelled sentences (2 views); got {batch['input_ids'].shape[1]}")
         ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
-        pos_ids, pos_mask = self.positive(ids, mask, batch.get("example_index"))
-        width = max(ids.shape[1], pos_ids.shape[1])
+        extended = (batch["extended_ids"], batch["extended_mask"], batch["extended_inserted"]) \
+            if "extended_ids" in batch else None
+        pos_ids, pos_mask = self.positive(ids, mask, batch.get("example_index"), extended)
+        padding, fixed = self.padding
+        most = fixed + self.extender.most_added(fixed) if fixed is not None and self.extender is not None else fixed
+        width = pad_length(max(ids.shape[1], pos_ids.shape[1]), padding, most)
         return {"input_ids": torch.stack([_pad_to(ids, width, self.pad_id), _pad_to(pos_ids, width, self.pad_id)], 1),
                 "attention_mask": torch.stack([_pad_to(mask, width, 0), _pad_to(pos_mask, width, 0)], 1),
                 "original_ids": ids, "original_mask": mask, "positive_mask": pos_mask}
@@ -336,7 +366,7 @@ class ESimCSE(SimCSE):
             # the official order: after the online forward, before the loss and this step's optimizer update, so
             # the momentum encoder moves towards the weights that produced this step's embeddings
             self.update_momentum_encoder()
-            filled = int(self.queue_filled)
+            filled = self.filled()
             negatives = self.queue[:filled].clone() if filled else None  # the first step has no queue
         loss = info_nce(z[:, 0], z[:, 1], self.temp, queue=negatives)
         ids, mask = pair["original_ids"], pair["original_mask"]

@@ -123,6 +123,9 @@ class Objective(nn.Module):
     #: methods, so presets, notebooks' parameters, `--set lam=...`, saved run configs and resumes keep working and a
     #: run's identity keeps its key (cse_kit.train.method_settings); an option not named here kept its name
     former_names: dict[str, str] = {}
+    #: (how the run pads its batches, the data's longest row or None): what a method that pads inputs of its own
+    #: pads them to (cse_kit.eval.encode.pad_length; set by the step, cse_kit.train.step)
+    padding: tuple[str, int | None] = ("longest", None)
 
     @classmethod
     def check_run(cls, cfg) -> None:
@@ -203,6 +206,17 @@ class Objective(nn.Module):
         """What a `two_stages` method keeps of its first stage in the run folder (stage1.safetensors, and its
         snapshots), beside the checkpoints: nothing."""
         return {}
+
+    # --- the step (cse_kit.train.step) ---
+
+    def host_inputs(self, batch: dict) -> dict:
+        """The batch, on the host before it moves to the device, with what the method draws from its ids there
+        (ESimCSE's repetitions: per-sentence Python work that would otherwise wait for the device): nothing."""
+        return batch
+
+    def compiled_modules(self) -> list[nn.Module]:
+        """What `compile` compiles in place (the run's step: cse_kit.train.step.compile_modules): the encoder."""
+        return [self.encoder]
 
     # --- what a method uses ---
 

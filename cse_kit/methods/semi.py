@@ -70,6 +70,12 @@ class SemiSupervised(Objective):
     def embed(self, batch: dict) -> torch.Tensor:
         return self.inner.embed(batch)
 
+    def host_inputs(self, batch: dict) -> dict:
+        return self.inner.host_inputs(batch)
+
+    def compiled_modules(self) -> list[nn.Module]:
+        return self.inner.compiled_modules()
+
     def forward(self, batch: dict) -> dict:
         if self.stage == 1:
             loss = self.nli_loss(batch)

@@ -25,6 +25,7 @@ from ..environment import PACKAGE, source_digest
 from ..methods.registry import method_class, method_digest
 from ..train.config import NOT_COMPUTING, TrainConfig
 from ..train.precision import resolve_precision
+from ..train.step import resolve_padding
 
 #: The parts of the package whose code decides a result (notebook helpers, report and CLI do not).
 RESULT_CODE = ("methods", "train", "eval", "data", "models")
@@ -95,11 +96,12 @@ def subject_dict(subject: TrainConfig | Pretrained, cuda: bool | None = None) ->
     own as its Options (method_options). mixed_precision is the precision the
     run trains in (resolve_precision: `auto` is bf16 or fp32 on a CPU by its bf16 unit, bf16 on a GPU; fp16 is fp32
     on a CPU), so a store shared by machines that resolve a setting differently never shows one machine's run for
-    another's. cuda: whether the run trains on a GPU, None for this machine (True for the GPU jobs a SLURM submitter
+    another's; pad_to likewise (resolve_padding: `auto` is fixed on a GPU, longest on a CPU). cuda: whether the run trains on a GPU, None for this machine (True for the GPU jobs a SLURM submitter
     without one plans: results.parallel; their worker nodes, with a GPU, compute the same key)."""
     if isinstance(subject, TrainConfig):
         settings = computing_settings(subject.to_dict())
-        return {"kind": "trained", **settings, "mixed_precision": resolve_precision(subject.mixed_precision, cuda)}
+        return {"kind": "trained", **settings, "mixed_precision": resolve_precision(subject.mixed_precision, cuda),
+                "pad_to": resolve_padding(subject.pad_to, cuda)}
     return {"kind": "pretrained", **dataclasses.asdict(subject)}
 
 

@@ -20,7 +20,11 @@ run by hand takes the same variables. `--cluster slurm` alone is one worker job:
 job's, never trained on the machine that submits.
 
 submitit's job files (the call a worker runs and its answer, pickles that submitit unpickles, and the jobs' logs)
-go to jobs_dir, a folder only this user can write, never into the results store, which a lab may share."""
+go to jobs_dir, a folder only this user can write, never into the results store, which a lab may share.
+
+submitit is imported only where worker jobs are sent or run (require_submitit): a machine that trains runs itself
+(`cse-kit train`, a notebook without workers) needs no cluster package, and one that asks for workers without it is
+told in one line to install it."""
 
 from __future__ import annotations
 
@@ -35,12 +39,12 @@ import warnings
 from pathlib import Path
 
 from filelock import Timeout
-from submitit.helpers import Checkpointable
 
 from ..environment import threads_per_worker
 from ..methods.registry import check_sendable
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
+from ..train.step import resolve_padding
 from ..train.preemption import Preemption
 from ..train.presets import sizing
 from . import Pretrained, ResultStore
@@ -76,8 +80,24 @@ def uses_workers(workers: int, cluster: str) -> bool:
     return cluster == "slurm" or workers > 1
 
 
+def require_submitit():
+    """The submitit module, or an ImportError saying in one line to install it: only worker jobs need it (local
+    `--workers N` processes and `--cluster slurm` jobs), so `cse-kit train` and a run without workers never import
+    it."""
+    try:
+        import submitit
+    except ImportError as error:
+        raise ImportError(f"worker jobs (--workers N, --cluster slurm) are sent through submitit, which this "
+                          f"environment lacks ({error}): run `pip install submitit`, or train without workers") \
+            from None
+    return submitit
+
+
 def executor_params() -> dict:
-    """The extra submitit parameters of $CSE_KIT_EXECUTOR_PARAMS (a JSON object), or a ValueError naming it."""
+    """The extra submitit parameters of $CSE_KIT_EXECUTOR_PARAMS (a JSON object), or a ValueError naming it. What
+    asks for them sends worker jobs, so it is also told here, in one line, where submitit is not installed
+    (require_submitit: `cse-kit report` asks before any notebook runs)."""
+    require_submitit()
     text = os.environ.get(EXECUTOR_PARAMS_ENV, "{}")
     try:
         params = json.loads(text)
@@ -149,9 +169,14 @@ def drain(results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False)
     return done
 
 
-class Drain(Checkpointable):
-    """drain() as a pre-emptible worker job: submitit calls checkpoint() (Checkpointable's: this same call again)
-    and requeues the job; _Preemption decides when."""
+class Drain:
+    """drain() as a pre-emptible worker job: submitit calls checkpoint() (this same call again, as
+    submitit.helpers.Checkpointable's; submitit asks for the method, not the class, so submitit is imported by the job
+    only) and requeues the job; _Preemption decides when."""
+
+    def checkpoint(self, *args, **kwargs):
+        """The call to resubmit on requeue: this one, with its arguments."""
+        return require_submitit().helpers.DelayedSubmission(self, *args, **kwargs)
 
     def __call__(self, results_dir: str, data_dir: str, tasks: list[Task], amp: bool = False,
                  threads: int | None = None) -> list[str]:
@@ -174,7 +199,7 @@ class _Preemption(Preemption):
     another worker's run) it leaves at once."""
 
     def __init__(self):
-        from submitit import JobEnvironment
+        JobEnvironment = require_submitit().JobEnvironment
 
         self.cluster = JobEnvironment().cluster
         self.requeue = signal.getsignal(JobEnvironment._usr_sig())  # submitit's checkpoint_and_try_requeue
@@ -202,11 +227,12 @@ def for_workers(subject: TrainConfig | Pretrained, cluster: str):
     """subject as its worker jobs are sent it. A SLURM job trains on another node than the submitter, which may
     resolve mixed_precision otherwise (a CPU login node, GPU or AMX workers), so a trained run's setting is sent
     resolved for the job's device (auto: bf16 on a GPU, on a CPU what the submitter's CPU resolves it to; fp16:
-    fp32 on a CPU): the worker then trains in the precision the submitter's key says (ResultStore.cuda)."""
+    fp32 on a CPU), and pad_to alike (auto: fixed on a GPU, longest on a CPU): the worker then trains in the precision the submitter's key says (ResultStore.cuda)."""
     if cluster != "slurm" or not isinstance(subject, TrainConfig):
         return subject
-    return subject.replace(mixed_precision=resolve_precision(subject.mixed_precision,
-                                                             jobs_get_gpus(subject.profile, cluster)))
+    gpus = jobs_get_gpus(subject.profile, cluster)
+    return subject.replace(mixed_precision=resolve_precision(subject.mixed_precision, gpus),
+                           pad_to=resolve_padding(subject.pad_to, gpus))
 
 
 def job_resources(tasks: list[Task]) -> dict:
@@ -231,9 +257,9 @@ def worker_threads(workers: int, cluster: str) -> int | None:
 
 def executors(folder: Path, workers: int, cluster: str, resources: dict) -> list:
     """One submitit executor per worker: locally each pinned to one GPU (round robin) when there are GPUs."""
-    import submitit
     import torch
 
+    submitit = require_submitit()
     params = executor_params()
     if cluster == "slurm":
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")

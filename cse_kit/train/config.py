@@ -12,6 +12,11 @@ from .optim import OPTIMIZERS, default_weight_decay
 
 METRICS = ("stsb_spearman", "sickr_spearman", "avg_sts", "transfer_devacc", "dev_data_spearman")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+#: torch.compile's modes a run may ask for beside true (its default mode); reduce-overhead and max-autotune capture
+#: the step in CUDA graphs
+COMPILE_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: how a training batch is padded (cse_kit.train.step)
+PADDINGS = ("auto", "longest", "fixed", "buckets")
 #: The smallest temperature of SimCSE's temperature ablation (Gao et al. 2021, appendix: 0.001 to 1). Below it the
 #: logits cos/temp span more than 2/temp = 2000, so exp() of every negative but the hardest underflows even in fp32
 #: (e^-2000 = 0), the gradient reaches one negative per row, and the loss grows as 1/temp.
@@ -109,7 +114,18 @@ class TrainConfig:
     save_steps: int | None = None  # resumable checkpoint every N steps; default: every checkpoint_minutes
     checkpoint_minutes: float = 20.0  # a killed run loses at most this much training (and at most 2% goes to saving)
     keep_checkpoint: bool = False  # keep a finished run's resumable checkpoint (the best model is always kept)
-    compile: bool = False  # torch.compile the encoder (CUDA: faster steps after a compile of about a minute)
+    # torch.compile the step's modules (cse_kit.train.step: the encoder, and a method's own where it names them):
+    # false | true (torch.compile's default mode) | reduce-overhead (CUDA graphs: a step in a handful of launches)
+    # | max-autotune | max-autotune-no-cudagraphs. Captured modes want one shape: pad_to=fixed
+    compile: bool | str = False
+    # how each training batch is padded (cse_kit.train.step.PADDINGS): longest (to its longest row) | fixed (every
+    # batch to the training data's longest row: one shape, what a compiled, captured step needs) | buckets (to the
+    # next of a few lengths: a handful of shapes) | auto (fixed on CUDA, longest elsewhere). Masked positions add
+    # nothing, but dropout draws its masks over the padded shape, so other padding is another draw of the same run
+    pad_to: str = "auto"
+    # torch's deterministic algorithms, a fixed cuBLAS workspace and no cuDNN benchmarking: the same seed gives the
+    # same numbers twice on one GPU (cse_kit.train.determinism); a CPU run is deterministic either way
+    deterministic: bool = False
     log_steps: int = 10
     # the trackers that show the training curves (cse_kit.train.tracking): none, or a comma-separated list of
     # Accelerate's (tensorboard, wandb, mlflow, ...); None: $CSE_KIT_LOG_WITH, else TensorBoard where it is installed
@@ -164,6 +180,9 @@ class TrainConfig:
         self._check_dev_data(need)
         need(self.mixed_precision in MIXED_PRECISION,
              f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}, got {self.mixed_precision!r}")
+        need(isinstance(self.compile, bool) or self.compile in COMPILE_MODES, f"compile takes true, false or one of "
+             f"{', '.join(COMPILE_MODES)}, got {self.compile!r}")
+        need(self.pad_to in PADDINGS, f"pad_to must be one of {', '.join(PADDINGS)}, got {self.pad_to!r}")
         need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         need(self.lr > 0, "lr must be positive")
         need(self.optimizer is None or self.optimizer in OPTIMIZERS, f"unknown optimizer {self.optimizer!r}; choose "
@@ -289,9 +308,11 @@ def parse_value(config_field: dataclasses.Field, text: str):
     if text.lower() in ("none", "null") and "None" in kind:
         return None
     if kind.startswith("bool"):
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"{config_field.name} takes true/false, got {text!r}")
-        return text.lower() in ("true", "1", "yes")
+        if text.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return text.lower() in ("true", "1", "yes")
+        if "str" in kind:  # compile: true/false or a mode's name, checked by validate
+            return text
+        raise ValueError(f"{config_field.name} takes true/false, got {text!r}")
     for name, cast in (("int", int), ("float", float)):
         if kind.startswith(name):
             try:

@@ -14,6 +14,7 @@ from ..data import (
     DataError, load_corpus, load_nli_triplets, load_sentence_pairs, load_snli_triplets, load_sts_texts,
     resolve_data_dir,
 )
+from ..eval.encode import pad_length
 from ..data.registry import BUILT_SOURCES, ORDERED_CORPORA, REGISTRY, SNLI_TRIPLETS, STS_TEXTS, is_nli
 from ..io import ensure_dir, remove, writing
 from ..progress import Steps, in_kernel
@@ -148,16 +149,29 @@ def bucketed_order(lengths: torch.Tensor, bounds: list[int], batch_size: int, g:
     return torch.cat([batches[i] for i in order.tolist()]) if batches else torch.zeros(0, dtype=torch.long)
 
 
+def longest_row(dataset, columns: list[str]) -> int:
+    """The most ids a row of `dataset` holds in any of its id `columns` (from Arrow's list lengths where the dataset
+    is a datasets.Dataset: a million rows in milliseconds)."""
+    table = getattr(dataset, "data", None)
+    if table is not None and hasattr(table, "column"):
+        import pyarrow.compute as pc
+
+        return max(pc.max(pc.list_value_length(table.column(c))).as_py() for c in columns)
+    return max(len(ids) for c in columns for ids in dataset[c])
+
+
 class Batches:
     """Global batch `step` of the run: a seeded permutation per epoch, incomplete last batch dropped, each
     process taking its contiguous share. Unsupervised rows are duplicated into two views; with `next_sentence` the
     rows are (sentence, next sentence) pairs of an ordered corpus: the sentence gives the two views and the next
     sentence comes as `next_input_ids` / `next_attention_mask`. `example_index` says which examples a batch holds.
     `length_buckets` (ESimCSE Table 6) batches sentences of similar length: the length is the number of tokens
-    without the `special_tokens` the tokenizer adds ([CLS], [SEP])."""
+    without the `special_tokens` the tokenizer adds ([CLS], [SEP]). `padding` (cse_kit.train.step.pad_length):
+    each batch to its longest row, every batch to the data's longest row (`fixed_length`), or to a few lengths."""
 
     def __init__(self, dataset, batch_size: int, seed: int, pad_id: int, rank: int = 0, world: int = 1,
-                 next_sentence: bool = False, length_buckets: str | None = None, special_tokens: int = 2):
+                 next_sentence: bool = False, length_buckets: str | None = None, special_tokens: int = 2,
+                 padding: str = "longest"):
         if batch_size % world:
             raise ValueError(f"batch_size {batch_size} must be divisible by the number of processes ({world})")
         if len(dataset) < batch_size:
@@ -169,6 +183,8 @@ class Batches:
         self.lengths = None
         if self.bounds is not None:
             self.lengths = torch.tensor([len(ids) - special_tokens for ids in dataset[self.columns[0]]])
+        self.padding = padding
+        self.fixed_length = None if padding == "longest" else longest_row(dataset, self.columns)
         self._order = (None, None)
         self.steps_per_epoch = len(self.order(0)) // batch_size
         if not self.steps_per_epoch:
@@ -198,8 +214,8 @@ class Batches:
         return {**batch, "example_index": torch.tensor(index)}
 
     def _pad(self, views: list[list[list[int]]]) -> dict:
-        """(rows, views, length) ids and attention mask, right-padded to the longest row."""
-        length = max(len(ids) for view in views for ids in view)
+        """(rows, views, length) ids and attention mask, right-padded as `padding` says."""
+        length = pad_length(max(len(ids) for view in views for ids in view), self.padding, self.fixed_length)
         input_ids = torch.full((len(views[0]), len(views), length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
         for v, view in enumerate(views):

@@ -30,7 +30,7 @@ from ..data.registry import ORDERED_CORPORA
 from ..environment import describe, keep_freed_memory
 from ..eval.dev import DevEvaluator
 from ..eval.prefix_dynamics import snapshot_path
-from ..methods.grad_cache import average_gradients, backward_with, cached_step, refusal
+from ..methods.grad_cache import refusal
 from ..io import (
     acquire_or_wait, ensure_dir, holder_lock, not_a_file, recover_dir, remove, swap_dir, write_json_atomic,
     write_tensors_atomic, write_text_atomic, writing,
@@ -41,13 +41,15 @@ from ..progress import STATUS_SECONDS, duration
 from .checkpoint import STATE, RunStateError, read_checkpoint, trainer_state, write_process_files
 from .config import NOT_COMPUTING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
+from .determinism import deterministic_mode
 from .export import export_encoder
 from .launch import check_processes
-from .optim import build_optimizer, fused_update, set_weight_decay, stage_gradients
+from .optim import build_optimizer, fused_update, set_weight_decay
 from .precision import build_accelerator
 from .preemption import StopVote
 from .method_settings import former_layout
 from .presets import official_run, precision_words
+from .step import TrainStep, compile_modules, eager, optimizer_index, resolve_padding
 from .tracking import RunTrackers
 
 
@@ -72,10 +74,18 @@ STAGE1_FILE = "stage1.safetensors"
 NEW_CHECKPOINT = ".checkpoint.new"
 
 
+#: settings added since a run may have been saved, read at their defaults from its configuration: deterministic off,
+#: pad_to auto (on a CPU each batch to its longest row, as every run before; a GPU run saved before pads fixed from
+#: its checkpoint on: its numbers change by dropout's draws, not by what it computes)
+SETTINGS_ADDED = {"pad_to": "auto", "deterministic": False}
+
+
 def training_changes(old: dict, new: dict) -> dict:
     """{key: [old, new]} for the settings that compute (NOT_COMPUTING: where and how often are free to differ), a
     configuration saved before a kit method's settings moved into its Options read as it is now (former_layout)."""
     old, new = former_layout(old) if old else old, former_layout(new)
+    if old:  # a setting added since the run was saved computes what the run computed at its default
+        old = {**{k: v for k, v in SETTINGS_ADDED.items() if k not in old}, **old}
     return {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new))
             if k not in NOT_COMPUTING and old.get(k) != new.get(k)}
 
@@ -148,7 +158,7 @@ def train(cfg: TrainConfig, *, progress: bool = True, resume_with_changes: bool 
     on_dev(step, score), when given, hears each dev evaluation's score (cfg.metric) on the main process; where it
     returns True before the last step, the run saves its checkpoint there and raises TrainingPruned."""
     trackers = RunTrackers(cfg.log_with, announce)  # an unknown tracker is refused before anything loads
-    with run_lock(Path(cfg.output_dir)):
+    with run_lock(Path(cfg.output_dir)), deterministic_mode(cfg.deterministic, cfg.method):
         try:
             return _train(cfg, progress=progress, resume_with_changes=resume_with_changes, announce=announce,
                           status=status, trackers=trackers, on_dev=on_dev)
@@ -261,11 +271,13 @@ def _training_data(cfg: TrainConfig, tokenizer, accelerator):
             examples = load_examples(cfg.data, cfg.data_dir, cfg.max_examples)
         dataset = tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
         nli = _nli_dataset(cfg, tokenizer, template)
+    padding = resolve_padding(cfg.pad_to, accelerator.device.type == "cuda")
     batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
                       accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA,
-                      length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add())
+                      length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add(),
+                      padding=padding)
     nli_batches = nli and Batches(nli, cfg.nli_batch_size, cfg.seed, tokenizer.pad_token_id,
-                                  accelerator.process_index, accelerator.num_processes)
+                                  accelerator.process_index, accelerator.num_processes, padding=padding)
     return len(dataset), batches, nli_batches
 
 
@@ -298,8 +310,7 @@ def _optimization(cfg: TrainConfig, objective, device, precision: str, first_sta
         names = {id(p): n for n, p in objective.named_parameters()}
         optimizers.append(build_optimizer([(names[id(p)], p) for p in objective.stage1_parameters()],
                                           cfg.optimizer_name(), cfg.stage1_lr, weight_decay, fused))
-    if cfg.compile:
-        objective.encoder.compile()  # in place: state_dict keys and the exported model are unchanged
+    compile_modules(objective, cfg.compile)  # in place: state_dict keys and the exported model are unchanged
     # DiffAug's stage 1 decays over the main stage's length (its trainer); a first stage that is a run of its own
     # (the semi-supervised strategies' supervised stage) over its own
     lengths = [main_steps, first_stage if objective.stage1_own_schedule else main_steps]
@@ -343,11 +354,6 @@ def _fresh_state() -> dict:
             "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
 
 
-def _optimizer_index(stage: int) -> int:
-    """Which optimizer and schedule a stage steps: [main, first stage]."""
-    return 1 if stage == 1 else 0
-
-
 @dataclass
 class _Training:
     """One run's state, shared by the steps of the loop: its settings and folders, Accelerate, the data, the objective
@@ -375,8 +381,7 @@ class _Training:
     state: dict = field(default_factory=_fresh_state)
     environment: dict = field(default_factory=dict)
     last_save: float = 0.0
-    first_bad: torch.Tensor | None = None  # the step of the first non-finite loss, -1 while none (on the device)
-    grad_norm: torch.Tensor | None = None  # the last step's, before clipping (where max_grad_norm clips)
+    step: TrainStep | None = None
     trackers: RunTrackers | None = None
 
     @classmethod
@@ -446,7 +451,8 @@ class _Training:
         trackers.start(cfg, self.run, self.state["step"] if resumed else None, accelerator.is_main_process)
         self.trackers = trackers
         self.last_save = time.monotonic()
-        self.first_bad = torch.full((), -1, dtype=torch.long, device=accelerator.device)
+        self.step = TrainStep(cfg, accelerator, self.objective, self.unwrapped, self.params, self.optimizers,
+                              self.schedulers, self.batches, self.nli_batches, self.first_stage)
         if accelerator.is_main_process:
             announce(_header(cfg, self.examples, self.first_stage, self.main_steps, self.run,
                              self.state["step"] if resumed else None,
@@ -462,7 +468,7 @@ class _Training:
         self.objective.train()
         stop_vote = StopVote(self.accelerator.num_processes)
         while self.state["step"] < self.total:
-            stage, out, loss = self.optimizer_step()
+            stage = self.optimizer_step()
             step = self.state["step"]
             progress.stepped(step)
             # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
@@ -471,11 +477,11 @@ class _Training:
             if logged or due:
                 self.check_loss()
             if logged:
-                progress.show(self.log_losses(step, stage, out))
+                progress.show(self.log_losses(step, stage))
             self.save_stage1(step)
             if due:
                 score = self.evaluate(step)
-                progress.show(float(loss.detach()), score)
+                progress.show(self.step.readings()["loss"], score)
                 if on_dev and self.from_main(lambda: bool(on_dev(step, score))) and step < self.total:
                     self.stop_at(step, TrainingPruned(f"{self.run} was pruned after its dev evaluation at step "
                                                       f"{step} of {self.total}; its checkpoint resumes there"))
@@ -485,62 +491,13 @@ class _Training:
             self.objective.train()
         progress.close()
 
-    def optimizer_step(self):
-        """One step of the current stage: the gradients of its micro-batches' losses, averaged (HF Trainer's
-        accumulation), clipped, and its optimizer and schedule stepped. Returns (the stage, the last forward's
-        outputs, its loss)."""
+    def optimizer_step(self) -> int:
+        """One step of the current stage (cse_kit.train.step.TrainStep), counted and timed. Returns its stage."""
         t = time.perf_counter()
-        stage = 1 if self.state["step"] < self.first_stage else 2
-        current = _optimizer_index(stage)
-        if self.first_stage:
-            self.unwrapped.stage = stage
-        micro_batches = 1 if stage == 1 else self.cfg.gradient_accumulation
-        cached = stage == 2 and self.cfg.grad_cache > 0
-        with stage_gradients(self.unwrapped, stage, self.params):
-            for micro in range(micro_batches):
-                out = self.cached_forward_backward(micro, micro_batches) if cached else self.forward(stage, micro)
-                loss = out["loss"] / micro_batches
-                if not cached:  # a cached step backpropagated its parts itself
-                    self.accelerator.backward(loss)
-                self.first_bad.masked_fill_((self.first_bad < 0) & ~torch.isfinite(loss.detach()),
-                                            self.state["step"] + 1)
-            if cached:
-                average_gradients(self.params)
-        if self.cfg.max_grad_norm:
-            self.grad_norm = clip_gradients(self.accelerator.scaler, self.optimizers[current].optimizer,
-                                            self.unwrapped.clipped_parameters() if self.first_stage else self.params,
-                                            self.cfg.max_grad_norm)
-        self.optimizers[current].step()
-        self.schedulers[current].step()
-        self.objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
+        stage = self.step.step(self.state["step"])
         self.state["step"] += 1
         self.state["seconds"]["train"] += time.perf_counter() - t
-        return stage, out, loss
-
-    def batch(self, stage: int, micro: int) -> dict:
-        """The step's micro-th batch, on the device."""
-        device = self.accelerator.device
-        batch = _step_batch(self.batches, self.nli_batches, self.state["step"], self.first_stage, micro,
-                            self.cfg.gradient_accumulation, with_main=stage == 2,
-                            with_nli=stage == 1 or bool(self.cfg.aux_weight))
-        cuda = device.type == "cuda"
-        return {k: (v.pin_memory() if cuda else v).to(device, non_blocking=True) for k, v in batch.items()}
-
-    def forward(self, stage: int, micro: int) -> dict:
-        """The objective's outputs on the step's micro-th batch."""
-        batch = self.batch(stage, micro)
-        with self.accelerator.autocast():
-            return self.objective(batch)
-
-    def cached_forward_backward(self, micro: int, micro_batches: int) -> dict:
-        """The main stage's micro-th batch with gradient caching, `grad_cache` rows at a time: its gradients (1 /
-        micro_batches of them, scaled once by the fp16 GradScaler where there is one) accumulated, its outputs
-        returned. It runs on the unwrapped objective: DDP reduces only after its own forward, so the step's
-        gradients are averaged over the processes after the last micro-batch (average_gradients)."""
-        scaler = self.accelerator.scaler
-        return cached_step(self.unwrapped, self.batch(2, micro), self.cfg.grad_cache,
-                           backward_with(scaler.scale if scaler is not None else None, 1 / micro_batches),
-                           self.accelerator.autocast)
+        return stage
 
     def log(self, record: dict) -> None:
         if self.accelerator.is_main_process:
@@ -548,11 +505,11 @@ class _Training:
                 f.write(json.dumps(record) + "\n")
             self.trackers.log(record)
 
-    def log_losses(self, step: int, stage: int, out: dict) -> float:
-        """The step's learning rate and losses into the log. Returns the loss."""
-        record = {"step": step, "lr": self.schedulers[_optimizer_index(stage)].get_last_lr()[0],
-                  **({"stage": stage} if self.first_stage else {}), **{k: float(v.detach()) for k, v in out.items()},
-                  **({"grad_norm": float(self.grad_norm)} if self.cfg.max_grad_norm else {})}
+    def log_losses(self, step: int, stage: int) -> float:
+        """The step's learning rate, losses and gradient norm into the log, read from the device here. Returns the
+        loss."""
+        record = {"step": step, "lr": self.schedulers[optimizer_index(stage)].get_last_lr()[0],
+                  **({"stage": stage} if self.first_stage else {}), **self.step.readings()}
         self.log(record)
         return record["loss"]
 
@@ -587,7 +544,8 @@ class _Training:
         Returns the score."""
         t = time.perf_counter()
         test_model = self.unwrapped.test_model()[0]
-        dev = self.evaluator(test_model)
+        with eager():  # compiled modules: the dev sets' shapes are not the step's
+            dev = self.evaluator(test_model)
         self.state["seconds"]["eval"] += time.perf_counter() - t
         score = dev[self.cfg.metric]
         if not math.isfinite(score):
@@ -599,16 +557,17 @@ class _Training:
                 self.stop("the weights are not finite")
             self.state["best"], self.state["best_step"], self.state["evaluations_since_best"] = score, step, 0
             if self.accelerator.is_main_process:
-                export_encoder(test_model, self.tokenizer, self.run / "model",
-                               _metadata(self.cfg, step, dev, self.test_pooler, self.test_max_length),
-                               self.unwrapped.test_reading())
+                with eager():
+                    export_encoder(test_model, self.tokenizer, self.run / "model",
+                                   _metadata(self.cfg, step, dev, self.test_pooler, self.test_max_length),
+                                   self.unwrapped.test_reading())
         return score
 
     def check_loss(self) -> None:
         """The first non-finite loss is kept on the device and read here, at log, evaluation and checkpoint steps
         only: reading it every step would stall the GPU on every step."""
-        bad = int(self.first_bad)
-        if bad >= 0:
+        bad = self.step.first_non_finite()
+        if bad is not None:
             self.state["step"] = bad
             self.stop("the loss is not finite (nan or inf)")
 
@@ -814,31 +773,6 @@ def _nli_dataset(cfg: TrainConfig, tokenizer, template):
         return None
     examples = subsample_examples(load_examples(cfg.nli_data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
     return tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
-
-
-def clip_gradients(scaler, optimizer: torch.optim.Optimizer, parameters, max_norm: float) -> torch.Tensor:
-    """Clip `parameters`' gradient norm to max_norm after unscaling the gradients of the optimizer that steps, once.
-    Accelerate's clip_grad_norm_ unscales every prepared optimizer: DiffAug's prefixes and classifier are in both
-    the main and the first-stage optimizer, so under fp16 their gradients were divided by the loss scale twice
-    (2^-16 of their value). Gradients of parameters outside `optimizer` stay scaled, as in the official DiffAug
-    stage 1, which unscales its optimizer2 and clips every parameter (trainers.py:615-618)."""
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-
-
-def _step_batch(batches, nli_batches, step: int, first_stage: int, micro: int, accumulation: int, *,
-                with_main: bool, with_nli: bool) -> dict:
-    """The inputs of one forward: the main data's batch (main stage), NLI triplets as `nli_*` (first stage, and
-    each main-stage batch when there is an auxiliary loss). The NLI stream continues across the stage boundary."""
-    batch = {}
-    main_index = (step - first_stage) * accumulation + micro
-    if with_main:
-        batch.update(batches(main_index))
-    if with_nli:
-        nli_index = step if step < first_stage else first_stage + main_index
-        batch.update({f"nli_{k}": v for k, v in nli_batches(nli_index).items() if k != "example_index"})
-    return batch
 
 
 def checkpoint_step(checkpoint: Path):

@@ -43,18 +43,19 @@ class StopVote:
                 self.group = dist.new_group(backend="gloo")
 
     def agreed(self) -> bool:
-        import torch
-
         n = len(_stop_asked)  # a signal handled from here on (after the all-reduce, at the latest) counts next time
-        asked = torch.tensor([max(_stop_asked[:n], default=0)])
+        asked = max(_stop_asked[:n], default=0)
         del _stop_asked[:n]
-        if self.distributed:
+        if self.distributed:  # on the host (gloo): the vote never waits for a GPU
+            import torch
             import torch.distributed as dist
 
-            dist.all_reduce(asked, op=dist.ReduceOp.MAX, group=self.group)
-        if asked.item():
-            _stopped_by.append(int(asked.item()))
-        return bool(asked.item())
+            vote = torch.tensor([asked])
+            dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self.group)
+            asked = int(vote.item())
+        if asked:
+            _stopped_by.append(asked)
+        return bool(asked)
 
 
 #: the training loop's module, which imports this one: its train() is known by its name there

@@ -1,0 +1,668 @@
+"""`cse-kit report --plan`: the report's bill before it is spent. Every training run the selected notebooks need on a
+profile (their default parameters: seeds, grids, subsets), its steps and its hours from measured step times
+(cse_kit.report.step_times), per notebook and in all, and the wall time on N workers (`--workers N`: GPUs, or SLURM
+jobs with `--cluster slurm`). Nothing is trained, evaluated or executed; only the results store is read, to leave
+out what it holds.
+
+What each notebook asks for (NEEDS) is its run_rows / records calls written out with the same row builders the
+notebook calls (cse_kit.papers.*) and its parameters' defaults read from its `parameters` cell; each row becomes its
+runs through experiments.rows._plan, the function the notebooks' own calls use (seeds, the SLURM precision, the rows
+a profile cannot run), so the keys are the ones the report would train and store. A run two notebooks share is
+trained once: by the first of them in the report's order, where it is billed. A run's steps are the training loop's
+(train.loop._stage_steps, given the corpus's recorded size: cse_kit.data.registry), its seconds those steps at the
+measured step time, its dev evaluations and its checkpoints.
+
+Known before the notebooks run only as estimates, and said so: DiffAug's `_joint` α (chosen on STS-B dev: counted at
+the first grid point until the store holds every candidate), the equal-budget studies' trials and chosen
+configurations (the recipe's steps; trials a study already holds are read from it), runs batched within length
+buckets (at most the unbucketed steps), WikiText-103's pairs (not recorded), early stopping (not counted)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from .checkout import NOTEBOOK_DIR
+
+#: WikiText-103's (sentence, next sentence) pairs as the kit's converter cuts its train split, where the data
+#: folder lacks it: 103,227,021 tokens (Merity et al. 2016) at about 25 tokens a sentence. An estimate, said so.
+WIKITEXT_PAIRS_ESTIMATE = 4_100_000
+
+
+# --- what each notebook asks for ----------------------------------------------------------------------------------
+@dataclass
+class Need:
+    """One call of a notebook that asks the results store for runs (run_rows, records): `rows` over `seeds` (None:
+    the profile's report seeds), each evaluated with `evals`, with the rows' untrained starts where the profile shows
+    them (`starts`). The notebook waits for a call's runs before it goes on (its pending runs go to the workers
+    together: results.parallel.compute_all). `unknown`: runs whose keys only the notebook's run decides (a study's
+    trials): (label, a run of the same steps, how many)."""
+
+    rows: list
+    evals: tuple
+    seeds: list | None = None
+    starts: bool = True
+    unknown: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    profile: str
+    params: dict  # the notebook's parameters as the report runs it (their defaults)
+    setup: object  # an experiments.Setup: the profile, the report's seeds, the results store, the cluster
+
+
+def notebook_defaults(name: str) -> dict:
+    """The notebook's parameters as the report runs it: the literal values of its `parameters` cell."""
+    nb = json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            out = {}
+            for node in ast.parse("".join(cell["source"])).body:
+                target = node.target if isinstance(node, ast.AnnAssign) else \
+                    node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+                if isinstance(target, ast.Name) and node.value is not None:
+                    out[target.id] = ast.literal_eval(node.value)
+            return out
+    raise ValueError(f"notebook {name} has no `parameters` cell")
+
+
+def _sweep(p: dict, values: str, one: str) -> list:
+    from ..experiments import sweep
+
+    return sweep(p[values], p.get(one) or None, one)
+
+
+def _diffcse(fn: Callable) -> Callable:
+    def needs(c: Context) -> list[Need]:
+        from ..papers import diffcse
+
+        return fn(c, diffcse)
+    return needs
+
+
+def _paper(module: str, fn: Callable) -> Callable:
+    def needs(c: Context) -> list[Need]:
+        import importlib
+
+        return fn(c, importlib.import_module(f"cse_kit.papers.{module}"))
+    return needs
+
+
+def _transfer(profile: str) -> str:
+    from ..experiments import transfer_eval
+
+    return transfer_eval(profile)
+
+
+def _geometry_trained(c: Context, m) -> list:
+    return [r for r in m.geometry_rows(c.profile) if r.preset]
+
+
+def _joint_alpha(candidates: list, groups: dict, c: Context, notes: list) -> dict:
+    """DiffAug Tables 2 and 7's `_joint` α: chosen on STS-B dev as the notebook chooses it (experiments.best_on_dev)
+    where the store holds every candidate's dev score; else each group's first grid point (the α does not change a
+    run's steps; its key, and so whether the store holds it, is known once the candidates finished)."""
+    import pandas as pd
+
+    from ..experiments import best_on_dev
+    from ..experiments.rows import _plan
+    from ..papers import diffaug
+
+    s, lines = c.setup, []
+    complete = True
+    for row, subjects, unavailable in _plan(candidates, s):
+        for seed, subject in subjects:
+            key = s.store.key(subject)
+            if s.store.has_key(key, ("sts_dev",)):
+                lines.append({"row": row.label, "seed": seed, "status": "ok",
+                              **diffaug.stsb_dev_column(s.store.read(key))})
+            else:
+                complete = False
+    if complete and lines:
+        _, chosen = best_on_dev(pd.DataFrame(lines), groups, diffaug.DEV_COLUMN)
+    else:
+        chosen = {group: labels[0] for group, labels in groups.items()}
+        notes.append("the `_joint` rows' α is chosen on STS-B dev once their candidates finished: counted at "
+                     + ", ".join(f"{group} {diffaug.alpha_of({group: label})[group]:g}"
+                                 for group, label in chosen.items()))
+    return diffaug.alpha_of(chosen)
+
+
+def _diffaug_fractions(c: Context, m) -> list[Need]:
+    p, out = c.params, []
+    n_subsets = m.label_subsets(c.profile, p["subsets"])
+    for b in _sweep(p, "backbones", "backbone"):
+        candidates, groups = m.joint_selection_rows(b, c.profile, p["alphas"])
+        out.append(Need(candidates, ("sts_dev", "sts_test")))
+        notes: list = []
+        alpha = _joint_alpha(candidates, groups, c, notes)
+        out.append(Need(m.unsupervised_rows(b), ("sts_test",), notes=notes))
+        out += [Need(m.fraction_rows(b, f, n_subsets, c.profile, p["recipe"], alpha), ("sts_test",))
+                for f in _sweep(p, "fractions", "fraction")]
+    return out
+
+
+def _diffaug_figure3(c: Context, m) -> list[Need]:
+    p = c.params
+    grid = m.stage1_grid(c.profile, [])
+    length = p["stage1_steps"] or max(grid)
+    every = p["snapshot_steps"] or m.snapshot_every(grid)
+    return [Need(m.figure5_rows([length], every, p["recipe"]), ("sts_dev",), starts=False)]
+
+
+def _diffaug_figure5(c: Context, m) -> list[Need]:
+    p = c.params
+    grid = m.stage1_grid(c.profile, p["stage1_steps"])
+    every = p["snapshot_steps"] or m.snapshot_every(grid)
+    return [Need(m.figure5_rows(grid, every, p["recipe"]), ("sts_dev",), starts=False)]
+
+
+def _methods(p: dict) -> list:
+    from ..papers import comparison as cmp
+
+    return list(p["methods"]) + [m for m in (p.get("your_methods") or cmp.own_methods()) if m not in p["methods"]]
+
+
+def _compare_methods(c: Context, cmp) -> list[Need]:
+    p = c.params
+    evals = cmp.evaluations(cmp.transfer_evaluation(c.profile, p["transfer"]))
+    return [Need(cmp.rows(c.profile, _methods(p), p["recipes"]), evals, seeds=list(cmp.SEEDS[c.profile]))]
+
+
+def _study_trials(study) -> list[dict]:
+    """The trials a study already holds (its storage beside the results store), read without creating anything;
+    none where it has not started."""
+    from ..experiments import tuning
+
+    path = Path(study.root()) / tuning.DEFAULT_STORAGE
+    if study.storage is None and not path.is_file():
+        return []
+    try:
+        import optuna
+
+        tuning._quiet_optuna()
+        found = optuna.load_study(study_name=study.name, storage=study.storage_url())
+    except Exception:  # no such study yet, or a storage that does not answer: nothing held
+        return []
+    return [{"state": t.state.name.lower(), "key": t.user_attrs.get("key"), "value": t.value, "params": t.params,
+             "number": t.number} for t in found.get_trials(deepcopy=False)]
+
+
+def _equal_budget(c: Context, eb) -> list[Need]:
+    from ..experiments import tuning
+    from ..papers import comparison as cmp
+
+    p, s = c.params, c.setup
+    seeds = list(cmp.SEEDS[c.profile])
+    methods = _methods(p)
+    trials = p["trials"] or eb.TRIALS[c.profile]
+    studies = {m: eb.study_of(m, c.profile, p["space"].get(m) or eb.default_space(m, c.profile), trials, seeds[0],
+                              s.store) for m in methods}
+    unknown, chosen_rows, notes = [], [], []
+    for method, study in studies.items():
+        held = _study_trials(study)
+        complete = [t for t in held if t["state"] == "complete"]
+        recipe = study.config({})
+        if len(complete) < trials:
+            unknown.append((f"{cmp.label(method, eb.RECIPE)}: trial", recipe, trials - len(complete)))
+        if len(complete) >= trials:  # the study is done: its chosen configuration's runs are known
+            chosen_rows.append(eb.StudyRow(cmp.label(method, eb.RECIPE), study.preset, study=study,
+                                           params=tuning.chosen(held)["params"]))
+        else:  # its first seed's run is the winning trial itself
+            unknown.append((f"{cmp.label(method, eb.RECIPE)}: chosen configuration", recipe, len(seeds) - 1))
+    if unknown:
+        notes.append("the studies' trials and chosen configurations are counted at their recipe's steps (their "
+                     "settings are drawn as the study runs; a pruned trial stops early)")
+    evals = cmp.evaluations(cmp.transfer_evaluation(c.profile))
+    return [Need([], (), seeds=seeds, unknown=[u for u in unknown if u[0].endswith("trial")], notes=notes),
+            Need(cmp.rows(c.profile, methods, [eb.PAPER_RECIPE]) + chosen_rows, evals, seeds=seeds,
+                 unknown=[u for u in unknown if not u[0].endswith("trial")])]
+
+
+#: notebook -> its calls that ask for runs, as its cells make them (docs/notebooks.md). A notebook the report runs
+#: that is missing here is refused by plan(): written out here with the notebook, or the bill would leave it out.
+NEEDS: dict[str, Callable[[Context], list[Need]]] = {
+    # DiffCSE
+    "table1_sts": _diffcse(lambda c, m: [Need(m.table1_rows(_sweep(c.params, "backbones", "backbone"), c.profile),
+                                              ("sts_test",))]),
+    "table2_transfer": _diffcse(lambda c, m: [Need(m.table2_rows(_sweep(c.params, "backbones", "backbone"),
+                                                                 c.profile), (_transfer(c.profile),))]),
+    "table3_objective": _diffcse(lambda c, m: [Need(m.table3_rows(_sweep(c.params, "variants", "variant")),
+                                                    m.ABLATION_EVALS[c.profile])]),
+    "table4_augmentation": _diffcse(lambda c, m: [Need(m.table4_rows(_sweep(c.params, "edits", "edit")),
+                                                       m.ABLATION_EVALS[c.profile])]),
+    "table5_batchnorm": _diffcse(lambda c, m: [Need(m.table5_rows(), ("sts_dev", "transfer_dev"))]),
+    "table6_generator": _diffcse(lambda c, m: [Need(m.table6_rows(_sweep(c.params, "generators", "generator"),
+                                                                  c.profile), ("sts_dev", "transfer_dev"))]),
+    "table7_mask_ratio": _diffcse(lambda c, m: [Need(m.table7_rows(_sweep(c.params, "mask_ratios", "mask_ratio")),
+                                                     ("sts_dev",))]),
+    "table8_lambda": _diffcse(lambda c, m: [Need(m.table8_rows(_sweep(c.params, "lams", "lam")), ("sts_dev",))]),
+    "table9_10_retrieval": _diffcse(lambda c, m: [Need(_geometry_trained(c, m), ("geometry",))]),
+    "table11_alignment": _diffcse(lambda c, m: [Need(m.geometry_rows(c.profile), ("geometry", "sts_test"))]),
+    "figure2_cosine": _diffcse(lambda c, m: [Need(_geometry_trained(c, m), ("geometry",), starts=False)]),
+    "table12_14_hparams": lambda c: [],  # the presets' values and parameter counts: nothing trained
+    "table15_pos_neg": _diffcse(lambda c, m: [Need(m.table15_rows(c.params["roles"], c.params["edits"]),
+                                                   m.ABLATION_EVALS[c.profile])]),
+    # SCD
+    "scd_table1_sts": _paper("scd", lambda c, m: [Need(m.table1_rows(_sweep(c.params, "backbones", "backbone"),
+                                                                     c.profile, c.params["recipe"]), ("sts_test",))]),
+    "scd_table2_transfer": _paper("scd", lambda c, m: [Need(m.table2_rows(_sweep(c.params, "backbones", "backbone"),
+                                                                          c.profile, c.params["recipe"]),
+                                                            (_transfer(c.profile),))]),
+    "scd_table3_ablation": _paper("scd", lambda c, m: [Need(m.table3_rows(c.profile, c.params["recipe"]),
+                                                            ("sts_test",))]),
+    "scd_figure2_alignment": _paper("scd", lambda c, m: [Need(m.figure2_rows(c.profile, c.params["recipe"]),
+                                                              (m.GEOMETRIES[c.params["geometry"]], "sts_test"))]),
+    # ESimCSE
+    "esimcse_table1_7_length_bias": _paper("esimcse", lambda c, m: [Need(m.model_rows(c.profile), ())]),
+    "esimcse_table2_examples": _paper("esimcse", lambda c, m: [Need(m.model_rows(c.profile), ())]),
+    "esimcse_table3_sts": _paper("esimcse", lambda c, m: [Need(m.table3_rows(
+        _sweep(c.params, "backbones", "backbone"), c.profile), ("sts_test",))]),
+    "esimcse_table4_components": _paper("esimcse", lambda c, m: [Need(m.table4_rows(c.profile), ("sts_dev",))]),
+    "esimcse_table5_extension": _paper("esimcse", lambda c, m: [Need(m.table5_rows(
+        _sweep(c.params, "extensions", "extension")), ("sts_dev",))]),
+    "esimcse_table6_bucketing": _paper("esimcse", lambda c, m: [Need(m.table6_rows(
+        [str(b) for b in _sweep(c.params, "buckets", "bucket")]), ("sts_dev",))]),
+    "esimcse_table8_new_bias": _paper("esimcse", lambda c, m: [Need(m.model_rows(c.profile), ())]),
+    "esimcse_table9_dup_rate": _paper("esimcse", lambda c, m: [Need(m.table9_rows(
+        _sweep(c.params, "dup_rates", "dup_rate")), ("sts_dev",))]),
+    "esimcse_table10_queue": _paper("esimcse", lambda c, m: [Need(m.table10_rows(
+        _sweep(c.params, "queue_factors", "queue_factor"), c.profile), ("sts_dev",))]),
+    "esimcse_table11_transfer": _paper("esimcse", lambda c, m: [Need(m.table11_rows(c.profile),
+                                                                     (_transfer(c.profile),))]),
+    # DiffAug
+    "diffaug_figure3_dynamics": _paper("diffaug", _diffaug_figure3),
+    "diffaug_table1_sts": _paper("diffaug", lambda c, m: [Need(m.table1_rows(c.profile, c.params["recipe"],
+                                                                             c.params["alphas"])[0],
+                                                               ("sts_dev", "sts_test"))]),
+    "diffaug_table2_7_label_fraction": _paper("diffaug", _diffaug_fractions),
+    "diffaug_table3_modules": _paper("diffaug", lambda c, m: [Need(m.table3_rows(c.params["recipe"]), ("sts_dev",))]),
+    "diffaug_table4_cost": _paper("diffaug", lambda c, m: [Need(m.cost_rows(c.profile, c.params["window"] or None),
+                                                                ("sts_dev",), starts=False)]),
+    "diffaug_table5_hparams": lambda c: [],  # the presets' values: nothing trained
+    "diffaug_table6_semi_baselines": _paper("diffaug", lambda c, m: [Need(m.table6_rows(
+        m.alpha_grid(c.profile, c.params["alphas"]), c.params["strategies"], c.params["baselines"])[0],
+        ("sts_dev", "sts_test"))]),
+    "diffaug_table8_aux_weight": _paper("diffaug", lambda c, m: [Need(m.table8_rows(
+        _sweep(c.params, "aux_weights", "aux_weight"), c.params["recipe"]), ("sts_dev",))]),
+    "diffaug_figure4_prefix_length": _paper("diffaug", lambda c, m: [Need(m.figure4_rows(
+        m.prefix_grid(c.profile, c.params["lengths"]), c.params["recipe"]), ("sts_dev",))]),
+    "diffaug_figure5_stage1_steps": _paper("diffaug", _diffaug_figure5),
+    # every method under one protocol
+    "compare_methods": _paper("comparison", _compare_methods),
+    "equal_budget": _paper("equal_budget", _equal_budget),
+}
+
+
+# --- a run's steps --------------------------------------------------------------------------------------------------
+_COUNTED: dict = {}
+
+
+def _loaded_count(source: str, data_dir) -> int:
+    """Examples of a training source the registry does not count (SNLI-triplets, STS-texts, a file of one's own),
+    read from the data once per process."""
+    from ..train.data import load_examples
+
+    key = (source, str(data_dir))
+    if key not in _COUNTED:
+        _COUNTED[key] = len(load_examples(source, data_dir))
+    return _COUNTED[key]
+
+
+def _ordered_pairs(source: str, data_dir) -> tuple[int, str | None]:
+    """(sentence, next sentence) pairs of an ordered corpus: recorded, counted from the data folder, or (WikiText-103
+    absent) estimated."""
+    from ..data import resolve_data_dir
+    from ..data.registry import REGISTRY
+
+    spec = REGISTRY[source]
+    if "pairs" in spec.counts:
+        return spec.counts["pairs"], None
+    path = resolve_data_dir(data_dir) / spec.group / spec.files[0]
+    if path.is_file():
+        return _loaded_count(source, data_dir), None
+    return WIKITEXT_PAIRS_ESTIMATE, (f"{source}'s pairs estimated at {WIKITEXT_PAIRS_ESTIMATE:,} (not in the data "
+                                     "folder, and no count recorded)")
+
+
+def training_examples(cfg, data_dir=None) -> tuple[int, str | None]:
+    """(the examples a run trains on, as the loop loads them: train.loop._training_data; why an estimate or None),
+    from the counts the registry records where it does, else from the data."""
+    from ..data.registry import ORDERED_CORPORA, REGISTRY, is_nli
+    from ..train.data import subsample_examples
+
+    why = None
+    if cfg.data in ORDERED_CORPORA:
+        n, why = _ordered_pairs(cfg.data, data_dir)
+    elif cfg.data in REGISTRY and "train" in REGISTRY[cfg.data].counts:
+        n = REGISTRY[cfg.data].counts["train"]
+    else:
+        n = _loaded_count(cfg.data, data_dir)
+    if is_nli(cfg.data):
+        n = len(subsample_examples(range(n), cfg.nli_fraction, cfg.nli_subset))
+    return (min(n, cfg.max_examples) if cfg.max_examples else n), why
+
+
+def run_steps(cfg, data_dir=None) -> tuple[int, int, list[str]]:
+    """(first-stage steps, main steps, what is estimated) of a run, as train.loop._stage_steps counts them."""
+    from ..methods.registry import method_class
+    from ..train.loop import _stage_steps
+
+    examples, why = training_examples(cfg, data_dir)
+    notes = [why] if why else []
+    if cfg.length_buckets:
+        notes.append("length buckets: at most the unbucketed steps (each bucket drops its remainder)")
+    if examples < cfg.batch_size:  # Batches refuses it: the run stops before its first step
+        return 0, 0, notes + [f"{cfg.preset}: {examples} examples for a batch of {cfg.batch_size}: the run fails"]
+    method = method_class(cfg.method)
+    objective = method if cfg.semi_strategy == "none" else SimpleNamespace(two_stages=True, stage1_own_schedule=True)
+    batches = SimpleNamespace(steps_per_epoch=examples // cfg.batch_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a stage 1 longer than the main stage: the loop warns, the plan counts
+        try:
+            first, main = _stage_steps(cfg, batches, objective)
+        except ValueError as err:  # gradient accumulation over too few batches: the loop stops there too
+            return 0, 0, notes + [f"{cfg.preset}: {err}: the run fails"]
+    return first, main, notes
+
+
+def dev_evaluations(cfg, total: int) -> int:
+    """Dev evaluations of a run of `total` steps: every eval_steps steps and at the last (train.loop's
+    evaluation_due), plus each epoch's end with eval_epoch_end."""
+    count = total // cfg.eval_steps + (1 if total % cfg.eval_steps else 0)
+    return count + (cfg.epochs if cfg.eval_epoch_end else 0)
+
+
+# --- the bill -------------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """One run the report needs: trained (a TrainConfig) or evaluated as it is (a Pretrained)."""
+
+    key: str
+    subject: object
+    label: str
+    seed: int | None
+    notebook: str  # the first notebook of the report that needs it: it trains it
+    call: int  # which of that notebook's calls
+    evals: dict = field(default_factory=dict)  # evaluation -> (notebook, call) that first asks for it
+    trained: bool = False  # its training is in the store
+    held: set = field(default_factory=set)  # the evaluations the store holds
+    known: bool = True  # False: a study's run, keyed only when it runs
+    stage1: int = 0
+    main: int = 0
+    seconds: float = 0.0  # training, dev evaluations and checkpoints
+    estimated: list = field(default_factory=list)
+
+    @property
+    def trains(self) -> bool:
+        return self.main > 0
+
+    def pending_evals(self) -> list[str]:
+        return [e for e in self.evals if e not in self.held]
+
+
+@dataclass
+class Plan:
+    profile: str
+    names: list
+    seeds: list
+    runs: dict  # key -> Run, in the order first needed
+    asked: dict  # notebook -> [set of keys each call asks for]
+    unavailable: dict  # notebook -> rows the profile cannot run
+    notes: dict  # notebook -> its notes
+    store_root: str
+    workers: int = 1
+    cluster: str = "local"
+
+
+def plan(profile: str, names: list[str], results_dir=None, data_dir=None, workers: int = 1,
+         cluster: str = "local") -> Plan:
+    """Every run the notebooks `names` (in the report's order) need on `profile`, each with what the store holds of
+    it. Reads notebooks' parameters and the store; trains, evaluates and executes nothing."""
+    from ..experiments import STARTS_SHOWN, Setup, starting_point
+    from ..experiments.rows import _plan
+    from ..results import ResultStore, parallel
+    from ..results.evaluations import evaluation_name
+    from ..train.config import TrainConfig
+    from ..train.presets import PROFILES
+
+    missing = [n for n in names if n not in NEEDS]
+    if missing:
+        raise ValueError(f"the plan does not know what notebook(s) {', '.join(missing)} train: add them to "
+                         "cse_kit/report/plan.py's NEEDS")
+    store = ResultStore(results_dir, data_dir, cuda=parallel.jobs_get_gpus(profile, cluster))
+    seeds = list(PROFILES[profile]["report"]["seeds"])
+    runs, asked, unavailable, notes = {}, {}, {}, {}
+    for name in names:
+        context = Context(profile, notebook_defaults(name), Setup(profile, seeds, store, workers, cluster))
+        asked[name], unavailable[name], notes[name] = [], [], []
+        for call, need in enumerate(NEEDS[name](context)):
+            s = Setup(profile, need.seeds or seeds, store, workers, cluster)
+            rows = list(need.rows)
+            if need.starts and profile in STARTS_SHOWN:
+                rows += list({start.label: start for row in need.rows if (start := starting_point(row, s))}.values())
+            keys = set()
+            for row, subjects, why in _plan(rows, s):
+                if why is not None:
+                    unavailable[name].append(f"{row.label}: {why}")
+                for seed, subject in subjects:
+                    key = store.key(subject)
+                    run = runs.setdefault(key, Run(key, subject, row.label, seed, name, call))
+                    for e in need.evals:
+                        run.evals.setdefault(evaluation_name(e), (name, call))
+                    keys.add(key)
+            for label, subject, count in need.unknown:
+                for i in range(count):
+                    key = f"{name}:{call}:{label}:{i}"
+                    runs[key] = Run(key, subject, label, None, name, call, known=False)
+                    runs[key].evals = {evaluation_name(e): (name, call) for e in need.evals}
+                    keys.add(key)
+            asked[name].append(keys)
+            notes[name] += need.notes
+    for run in runs.values():
+        if run.known:
+            record = store.read(run.key) if store.has_key(run.key, ()) else None
+            run.trained = record is not None
+            run.held = set(record["metrics"]) if record else set()
+        if isinstance(run.subject, TrainConfig) and not run.trained:
+            run.stage1, run.main, run.estimated = run_steps(run.subject, store.data_dir)
+    return Plan(profile, names, seeds, runs, asked, unavailable, notes, str(store.root), workers, cluster)
+
+
+def price(p: Plan, figures) -> None:
+    """Each run to train priced: its steps at the figures' step times, its dev evaluations and checkpoints."""
+    for run in p.runs.values():
+        if not run.trains:
+            continue
+        cfg = run.subject
+        first, why1 = figures.step_seconds(cfg, 1) if run.stage1 else (0.0, None)
+        main, why2 = figures.step_seconds(cfg, 2)
+        train = run.stage1 * first + run.main * main
+        evals = dev_evaluations(cfg, run.stage1 + run.main) * figures.dev_eval_seconds(cfg)
+        every = (cfg.save_steps and (run.stage1 + run.main) // cfg.save_steps) or \
+            int((train + evals) // (60 * cfg.checkpoint_minutes))
+        run.seconds = train + evals + every * figures.checkpoint_seconds()
+        run.estimated += [w for w in (why1, why2) if w and w not in run.estimated]
+
+
+def longest_first(durations: list[float], workers: int) -> float:
+    """The makespan of `durations` scheduled longest first onto `workers` workers, each job to the first worker
+    free (greedy list scheduling, LPT: at most 4/3 of the best schedule)."""
+    import heapq
+
+    if not durations:
+        return 0.0
+    loads = [0.0] * max(1, min(workers, len(durations)))
+    for d in sorted(durations, reverse=True):
+        heapq.heapreplace(loads, loads[0] + d)
+    return max(loads)
+
+
+def bill(p: Plan, figures) -> dict:
+    """The plan priced: per notebook and in all, the runs it needs, those an earlier notebook trains, those the
+    store holds, those to train, their steps and hours; the final evaluations still to run (hours where the figures
+    time them); the wall time on p.workers workers. Machine-readable (`--json`); text() prints it."""
+    from ..results import parallel
+    from ..train.config import TrainConfig
+
+    price(p, figures)
+    workers = p.workers if parallel.uses_workers(p.workers, p.cluster) else 1
+    lines, all_tasks, untimed = [], [], {}
+    for name in p.names:
+        needed = set().union(*p.asked[name]) if p.asked[name] else set()
+        trained = [p.runs[k] for k in needed if isinstance(p.runs[k].subject, TrainConfig)]
+        own = [r for r in trained if r.notebook == name]
+        to_train = [r for r in own if not r.trained]
+        evaluations, eval_seconds, wall = {}, 0.0, 0.0
+        for call, keys in enumerate(p.asked[name]):
+            tasks = []
+            for key in keys:
+                run = p.runs[key]
+                seconds = run.seconds if run.notebook == name and run.call == call and not run.trained else 0.0
+                for e in run.pending_evals():
+                    if run.evals[e] == (name, call):
+                        evaluations[e] = evaluations.get(e, 0) + 1
+                        timed = figures.evaluation_seconds(e)
+                        if timed is None:
+                            untimed[e] = untimed.get(e, 0) + 1
+                        else:
+                            seconds += timed
+                            eval_seconds += timed
+                if seconds:
+                    tasks.append(seconds)
+            wall += longest_first(tasks, workers)
+            all_tasks += tasks
+        estimated = sorted({w for r in to_train for w in r.estimated})
+        lines.append({"notebook": name, "runs": len(trained), "earlier": len(trained) - len(own),
+                      "stored": len(own) - len(to_train), "to_train": len(to_train),
+                      "steps": sum(r.stage1 + r.main for r in to_train),
+                      "train_hours": sum(r.seconds for r in to_train) / 3600,
+                      "evaluations": evaluations, "evaluation_hours": eval_seconds / 3600,
+                      "wall_hours": wall / 3600, "estimated": estimated,
+                      "not_run_rows": len(p.unavailable[name]), "notes": p.notes[name]})
+    keys = ("runs", "earlier", "stored", "to_train", "steps", "train_hours", "evaluation_hours", "wall_hours",
+            "not_run_rows")
+    total = {k: sum(line[k] for line in lines) for k in keys}
+    total["evaluations"] = {}
+    for line in lines:
+        for e, n in line["evaluations"].items():
+            total["evaluations"][e] = total["evaluations"].get(e, 0) + n
+    total["distinct_runs"] = sum(1 for r in p.runs.values() if isinstance(r.subject, TrainConfig))
+    total["all_at_once_wall_hours"] = longest_first(all_tasks, workers) / 3600
+    runs = [{"key": r.key if r.known else None, "notebook": r.notebook, "row": r.label, "seed": r.seed,
+             "preset": getattr(r.subject, "preset", None), "method": getattr(r.subject, "method", None),
+             "model": getattr(r.subject, "model", None), "stored": r.trained, "stage1_steps": r.stage1,
+             "main_steps": r.main, "hours": r.seconds / 3600, "evaluations_to_run": r.pending_evals(),
+             "estimated": r.estimated} for r in p.runs.values()]
+    return {"profile": p.profile, "seeds": p.seeds, "results_store": p.store_root,
+            "step_times": {"device": figures.device, "source": figures.source, "described": figures.describe(),
+                           **{k: v for k, v in figures.entry.items() if k != "methods"},
+                           "methods": figures.entry.get("methods", {})},
+            "workers": workers, "cluster": p.cluster, "notebooks": lines, "total": total,
+            "untimed_evaluations": untimed, "runs": runs}
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.2f}" if h < 100 else f"{h:,.0f}"
+
+
+def _duration(h: float) -> str:
+    minutes = round(h * 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def text(b: dict, command: str) -> str:
+    """The bill as the console shows it: one line per notebook, the total, then what the figures are and what is
+    estimated."""
+    gpu = b["profile"] == "paper"
+    unit = "GPU-h" if gpu else "h"
+    n = b["workers"]
+    where = (f"{n} {'GPU' if gpu else 'worker'}{'s' if n > 1 else ''}"
+             + (" (SLURM jobs)" if b["cluster"] == "slurm" else ""))
+    head = f"{'notebook':<34}{'runs':>6}{'earlier':>8}{'stored':>7}{'to train':>9}{'steps':>13}{unit:>9}" \
+           f"{'eval h':>8}  wall h on {where}"
+    st = b["step_times"]
+    out = [f"{command}: the report's bill before it is spent (nothing trained, evaluated or executed)",
+           f"profile {b['profile']}; seeds {b['seeds']} (compare_methods and equal_budget: their own); results store "
+           f"{b['results_store']}", f"step times: {st['described']}", "", head, "-" * len(head)]
+    for line in b["notebooks"]:
+        out.append(f"{line['notebook']:<34}{line['runs']:>6}{line['earlier']:>8}{line['stored']:>7}"
+                   f"{line['to_train']:>9}{line['steps']:>13,}{_hours(line['train_hours']):>9}"
+                   f"{_hours(line['evaluation_hours']):>8}  {_hours(line['wall_hours'])}")
+    t = b["total"]
+    out += ["-" * len(head),
+            f"{'total':<34}{t['runs']:>6}{t['earlier']:>8}{t['stored']:>7}{t['to_train']:>9}{t['steps']:>13,}"
+            f"{_hours(t['train_hours']):>9}{_hours(t['evaluation_hours']):>8}  {_hours(t['wall_hours'])}", ""]
+    out.append(f"runs: the training runs a notebook asks for; earlier: of them, those an earlier notebook of the "
+               f"report trains (a run is trained once); stored: those the results store holds (they cost nothing).")
+    out.append(f"{t['distinct_runs']} distinct training runs, {t['stored']} stored, {t['to_train']} to train: "
+               f"{t['steps']:,} steps, {_hours(t['train_hours'])} {unit} ({_duration(t['train_hours'])}) with their "
+               f"dev evaluations and checkpoints, on {st['device']}.")
+    if t["evaluations"]:
+        untimed = b["untimed_evaluations"]
+        kinds = ", ".join(f"{n} {e}" for e, n in sorted(t["evaluations"].items()))
+        timed = (f"{_hours(t['evaluation_hours'])} h ({_duration(t['evaluation_hours'])})"
+                 if t["evaluation_hours"] else "")
+        out.append(f"Final evaluations to run: {kinds}" + (f"; {timed}" if timed else "")
+                   + (f"; not timed on {st['device']} and not in the hours: "
+                      + ", ".join(f"{n} {e}" for e, n in sorted(untimed.items()))
+                      + f" (`{measure_hint(b['profile'])}` on the device times them)" if untimed else "") + ".")
+    total = t["train_hours"] + t["evaluation_hours"]
+    out.append(f"In all: {_hours(total)} {unit} ({_duration(total)}); the notebooks' own work (kernels, tables, "
+               "figures) comes on top.")
+    out.append(f"Wall time on {where}: {_hours(t['wall_hours'])} h ({_duration(t['wall_hours'])}), an estimate: "
+               "each notebook's pending runs scheduled longest first onto the workers, the notebooks one after "
+               "another as the report runs them (it waits for a notebook's runs before the next); all runs sent at "
+               f"once: {_hours(t['all_at_once_wall_hours'])} h.")
+    estimated = sorted({w for line in b["notebooks"] for w in line["estimated"]})
+    notes = list(dict.fromkeys(f"{line['notebook']}: {note}" for line in b["notebooks"] for note in line["notes"]))
+    notes += [st[what] for what in ("shape", "overhead_note", "large_note", "dev_eval_note") if st.get(what)]
+    if estimated or notes:
+        out.append("Estimates and assumptions:")
+        out += [f"  - {note}" for note in estimated + notes]
+    if t["not_run_rows"]:
+        out.append(f"{t['not_run_rows']} row(s) the {b['profile']} profile does not run are left out (the tables show "
+                   "them as not run, with the reason).")
+    return "\n".join(out)
+
+
+def measure_hint(profile: str) -> str:
+    from .step_times import measure_command
+
+    return measure_command(profile)
+
+
+def measure_for(p: Plan, data_dir=None, results_dir=None, log=print):
+    """`--measure`: time on this machine one run of each method (and large backbone) the plan trains, at its most
+    common preset, and each final evaluation it asks for; the figures written for later plans (step_times.measure)."""
+    from collections import Counter
+
+    from ..methods.registry import method_class
+    from ..results.evaluations import EVALUATIONS
+    from ..train.config import TrainConfig
+    from ..train.presets import PRESETS
+    from .step_times import LARGE_BACKBONES, measure
+
+    by_key: dict = {}
+    for run in p.runs.values():
+        cfg = run.subject
+        if not isinstance(cfg, TrainConfig):
+            continue
+        large = cfg.preset in PRESETS and PRESETS[cfg.preset][0] in LARGE_BACKBONES
+        by_key.setdefault(f"{cfg.method}/large" if large else cfg.method, []).append(cfg)
+    representatives = {}
+    for key, cfgs in by_key.items():
+        plain = [c for c in cfgs if c.semi_strategy == "none"] or cfgs
+        preset = Counter(c.preset for c in plain).most_common(1)[0][0]
+        cfg = next(c for c in plain if c.preset == preset)
+        representatives[key] = (cfg, bool(method_class(cfg.method).two_stages) or cfg.semi_strategy != "none")
+    kinds = sorted({e for run in p.runs.values() for e in run.evals if e in EVALUATIONS})
+    return measure(p.profile, representatives, kinds, data_dir, results_dir, log)
