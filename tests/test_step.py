@@ -15,7 +15,7 @@ from cse_kit.results.upgrade import new_subject
 from cse_kit.train import build_config, train
 from cse_kit.train import loop
 from cse_kit.train.data import Batches, longest_row
-from cse_kit.train.step import TrainStep, pad_alike, resolve_padding
+from cse_kit.train.step import TrainStep, compile_modules, pad_alike, resolve_padding
 
 from test_grad_cache import _objective_and_batch, _step, assert_same_gradients
 
@@ -25,6 +25,12 @@ def test_auto_pads_to_one_shape_on_a_gpu_and_to_each_batchs_longest_row_on_a_cpu
     assert resolve_padding("buckets", cuda=True) == "buckets"
     assert [pad_length(n, "buckets", 40) for n in (5, 8, 9, 17, 33)] == [8, 8, 16, 32, 40]
     assert [pad_length(n, "fixed", 40) for n in (5, 40)] == [40, 40] and pad_length(5, "longest", 40) == 5
+
+
+def test_a_captured_step_without_fixed_shapes_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="set pad_to=fixed"):
+        build_config("simcse-bert", "smoke", {"compile": "reduce-overhead", "pad_to": "longest"})
+    assert build_config("simcse-bert", "smoke", {"compile": "reduce-overhead"}).pad_to == "auto"
 
 
 def test_a_runs_key_holds_the_padding_it_trains_with_and_a_record_from_before_keeps_its_key():
@@ -203,6 +209,22 @@ def test_a_compiled_step_reads_nothing_from_the_device_between_two_logging_steps
                                                 "compile": True})
     train(cfg, progress=False)
     assert not calls
+
+
+@pytest.mark.parametrize("preset", ["diffcse-bert-sts", "esimcse-bert"])
+def test_a_compiled_step_computes_what_the_eager_step_does(preset, data_dir, tmp_path, monkeypatch):
+    """The modules a method compiles (DiffCSE's discriminator with its conditioning hook, ESimCSE's momentum encoder
+    beside the encoder) traced whole: the same loss and gradients as eager, from the same random state."""
+    objective, batch = _objective_and_padded_batch(preset, data_dir, tmp_path, "fixed")
+    state = {k: v.clone() for k, v in objective.state_dict().items()}
+    eager = _step(objective, batch, None)
+    objective.load_state_dict(state)  # ESimCSE's queue and momentum encoder moved
+    _eager_compile_counting(monkeypatch)
+    compile_modules(objective, True)
+    compiled = _step(objective, batch, None)
+    assert counters["stats"]["unique_graphs"] == len(objective.compiled_modules()) and not counters["graph_break"]
+    assert float(compiled[0]["loss"]) == pytest.approx(float(eager[0]["loss"]), rel=1e-6)
+    assert_same_gradients(compiled[1], eager[1], rtol=1e-5)
 
 
 def test_a_cached_step_at_fixed_shapes_compiles_once_for_its_chunks(data_dir, tmp_path, monkeypatch):

@@ -343,6 +343,12 @@ class DiffCSE(SimCSE):
         edited, _, selected = self._replace(input_ids, attention_mask)
         return edited.masked_fill(attention_mask == 0, self.edited_pad_id), selected
 
+    def compiled_modules(self) -> list[nn.Module]:
+        """The encoder and the discriminator (its conditioning hook traced with it). Not the generator: its head's
+        pre-hook is registered afresh for each pass (generator_head_input), which a compiled module would compile
+        again for."""
+        return [self.encoder, *([self.discriminator] if self.discriminator is not None else [])]
+
     def _discriminate(self, h: torch.Tensor, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         self._h = h
         try:

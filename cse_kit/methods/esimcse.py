@@ -292,6 +292,10 @@ class ESimCSE(SimCSE):
                                             batch.get("example_index"))
         return {**batch, "extended_ids": ids, "extended_mask": mask, "extended_inserted": inserted}
 
+    def compiled_modules(self) -> list[nn.Module]:
+        """The encoder and the momentum encoder (a pass without gradients over the original sentences)."""
+        return [self.encoder, *([self.momentum_encoder] if self.queue_size else [])]
+
     @torch.no_grad()
     def positive(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                  example_index: torch.Tensor | None, extended: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -113,12 +113,14 @@ def old_identity(record: dict, data: str) -> dict:
 
 def new_subject(record: dict, settings: dict | None) -> dict:
     """The record's subject as KEY_SCHEME lays it out from its settings read again as a configuration (saved_settings;
-    None for a model evaluated as it is), the precision it trained in as recorded, and its padding as recorded (a
-    record from before pad_to existed padded each batch to its longest row)."""
+    None for a model evaluated as it is), the precision it trained in as recorded, and its padding as recorded: a
+    record from before pad_to existed (none in its subject, or, under scheme 1, the setting as given) padded each
+    batch to its longest row."""
     if settings is None:
         return record["subject"]
+    padding = record["subject"].get("pad_to", "auto")
     return {"kind": "trained", **computing_settings(settings), "mixed_precision": record["subject"]["mixed_precision"],
-            "pad_to": record["subject"].get("pad_to", "longest")}
+            "pad_to": "longest" if padding == "auto" else padding}
 
 
 def saved_settings(record: dict) -> dict | None:

@@ -15,6 +15,8 @@ MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 #: torch.compile's modes a run may ask for beside true (its default mode); reduce-overhead and max-autotune capture
 #: the step in CUDA graphs
 COMPILE_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: the modes that capture the step in CUDA graphs
+CAPTURED = ("reduce-overhead", "max-autotune")
 #: how a training batch is padded (cse_kit.train.step)
 PADDINGS = ("auto", "longest", "fixed", "buckets")
 #: The smallest temperature of SimCSE's temperature ablation (Gao et al. 2021, appendix: 0.001 to 1). Below it the
@@ -183,6 +185,8 @@ class TrainConfig:
         need(isinstance(self.compile, bool) or self.compile in COMPILE_MODES, f"compile takes true, false or one of "
              f"{', '.join(COMPILE_MODES)}, got {self.compile!r}")
         need(self.pad_to in PADDINGS, f"pad_to must be one of {', '.join(PADDINGS)}, got {self.pad_to!r}")
+        need(self.compile not in CAPTURED or self.pad_to != "longest", f"compile={self.compile} captures a CUDA graph "
+             "for each batch shape, and pad_to=longest gives each batch its own: set pad_to=fixed (or buckets, or auto)")
         need(self.batch_size >= 2, f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         need(self.lr > 0, "lr must be positive")
         need(self.optimizer is None or self.optimizer in OPTIMIZERS, f"unknown optimizer {self.optimizer!r}; choose "

@@ -167,11 +167,12 @@ class Batches:
     sentence comes as `next_input_ids` / `next_attention_mask`. `example_index` says which examples a batch holds.
     `length_buckets` (ESimCSE Table 6) batches sentences of similar length: the length is the number of tokens
     without the `special_tokens` the tokenizer adds ([CLS], [SEP]). `padding` (cse_kit.train.step.pad_length):
-    each batch to its longest row, every batch to the data's longest row (`fixed_length`), or to a few lengths."""
+    each batch to its longest row, every batch to the data's longest row (`fixed_length`: given where reading every
+    row is dear, a corpus tokenized as it is read), or to a few lengths."""
 
     def __init__(self, dataset, batch_size: int, seed: int, pad_id: int, rank: int = 0, world: int = 1,
                  next_sentence: bool = False, length_buckets: str | None = None, special_tokens: int = 2,
-                 padding: str = "longest"):
+                 padding: str = "longest", fixed_length: int | None = None):
         if batch_size % world:
             raise ValueError(f"batch_size {batch_size} must be divisible by the number of processes ({world})")
         if len(dataset) < batch_size:
@@ -184,7 +185,7 @@ class Batches:
         if self.bounds is not None:
             self.lengths = torch.tensor([len(ids) - special_tokens for ids in dataset[self.columns[0]]])
         self.padding = padding
-        self.fixed_length = None if padding == "longest" else longest_row(dataset, self.columns)
+        self.fixed_length = None if padding == "longest" else fixed_length or longest_row(dataset, self.columns)
         self._order = (None, None)
         self.steps_per_epoch = len(self.order(0)) // batch_size
         if not self.steps_per_epoch:

@@ -17,6 +17,7 @@ import torch
 from ..eval.encode import pad_length
 from ..methods.grad_cache import average_gradients, backward_with, cached_step
 from ..methods.objective import Objective
+from .config import CAPTURED
 from .optim import stage_gradients
 
 def resolve_padding(setting: str, cuda: bool | None = None) -> str:
@@ -98,7 +99,7 @@ class TrainStep:
         self.first_bad = torch.full((), -1, dtype=torch.long, device=device)  # step of the first non-finite loss
         self.grad_norm = None  # the last step's, before clipping (where max_grad_norm clips)
         self.out = {}  # the last forward's outputs
-        self.captured = cfg.compile in ("reduce-overhead", "max-autotune") and device.type == "cuda"
+        self.captured = cfg.compile in CAPTURED and device.type == "cuda"
 
     def step(self, step: int) -> int:
         """Step `step` + 1 of the run. Returns its stage (1: a first stage's, 2: the main stage's)."""
