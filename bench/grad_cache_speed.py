@@ -1,11 +1,15 @@
 """Gradient caching's memory and time at the papers' shape (issue 58): `python bench/train_speed.py --grad-cache N`.
 
-  python bench/train_speed.py --grad-cache 32 [--shape bert-base] [--methods simcse,diffcse,...]
+  python bench/train_speed.py --grad-cache 32 [--shape bert-base|tiny] [--methods simcse,diffcse,...]
                               [--batches 64,128,512] [--device cpu|cuda] [--mixed-precision no|bf16]
+                              [--pad longest|fixed|buckets] [--output result.json]
 
 Each method's paper preset around a config-built BERT-base (bench/paper_speed.py: random weights, the repeated
-Wiki1M sample, DiffCSE's DistilBERT-shaped generator), one optimizer step (forward and backward, AdamW) at each batch
-size, plain and with `grad_cache=N`, and a plain step at batch N: the memory target's reference. Every measurement
+Wiki1M sample, DiffCSE's DistilBERT-shaped generator), one optimizer step at each batch size, plain and with
+`grad_cache=N`, and a plain step at batch N: the memory target's reference. The step is the loop's
+(cse_kit.train.step.TrainStep, built by paper_speed.train_step: forward and backward, cached or not, clipping, the
+optimizer and schedule), its batch made before the clock starts; batches padded as `--pad` says (default: the run's
+auto, fixed on CUDA). Every measurement
 runs in a process of its own, so its peak is its own: peak resident memory (VmHWM) on CPU,
 `torch.cuda.max_memory_allocated` on CUDA. One untimed step first (allocator and thread pools warm), then one timed
 step. Prints a table: method, batch, chunk, step seconds, peak memory, and per batch the cached/plain time ratio and
@@ -17,7 +21,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -48,50 +51,27 @@ def one(method: str, batch_size: int, chunk: int, args) -> dict:
     import paper_speed
 
     from cse_kit.environment import keep_freed_memory
-    from cse_kit.methods.grad_cache import backward_with, cached_step
+    from cse_kit.train.step import resolve_padding
 
+    paper_speed.hide_gpu_for_cpu(args.device)
     if args.device == "cpu":
         keep_freed_memory()  # as `cse-kit train` does on CPU
 
     args.batch_size = batch_size
     tokenizer = paper_speed.shape_tokenizer()
-    cfg, objective = paper_speed.build_method(method, args, tokenizer)
+    cfg, objective = paper_speed.build_method(method, args, tokenizer, args.mixed_precision, grad_cache=chunk)
     device = torch.device(args.device)
-    objective.to(device).train()
-    if cfg.stage1_steps:
-        objective.stage = 2  # DiffAug: its main stage is the contrastive one
-    batches = paper_speed.method_batches(cfg, tokenizer, args)
-    nli = paper_speed.method_batches(cfg, tokenizer, args, nli=True) if cfg.aux_weight else None
-    optimizer = torch.optim.AdamW([p for p in objective.parameters() if p.requires_grad], lr=cfg.lr)
-    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.mixed_precision == "bf16" else \
-        (lambda: torch.autocast(device.type, enabled=False))
-
-    def step(index: int) -> float:
-        batch = batches(index)
-        if nli is not None:
-            batch.update({f"nli_{k}": v for k, v in nli(index).items() if k != "example_index"})
-        batch = {k: v.to(device) for k, v in batch.items()}
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        if chunk:
-            cached_step(objective, batch, chunk, backward_with(None), autocast)
-        else:
-            with autocast():
-                loss = objective(batch)["loss"]
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(objective.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
-
-    step(0)
+    padding = resolve_padding(args.pad or cfg.pad_to, device.type == "cuda")
+    batches = paper_speed.method_batches(cfg, tokenizer, args, padding=padding)
+    nli = paper_speed.method_batches(cfg, tokenizer, args, nli=True, padding=padding) if cfg.aux_weight else None
+    step = paper_speed.train_step(cfg, objective, batches, nli, device)
+    step.objective.train()
+    start = step.first_stage  # DiffAug: its main stage is the contrastive one
+    step.timed(start)
     reset_peak(device)
-    seconds = step(1)
+    seconds = step.timed(start + 1)["step"]
     return {"method": method, "batch": batch_size, "chunk": chunk, "seconds": seconds,
-            "peak_bytes": peak_memory(device)}
+            "peak_bytes": peak_memory(device), "padding": padding}
 
 
 def paper_speed_methods() -> list[str]:
@@ -105,6 +85,8 @@ def measure(method: str, batch_size: int, chunk: int, args) -> dict:
     command = [sys.executable, str(Path(__file__).resolve().parent / "train_speed.py"), "--grad-cache",
                str(args.grad_cache), "--one", f"{method},{batch_size},{chunk}", "--shape", args.shape,
                "--device", args.device, "--mixed-precision", args.mixed_precision]
+    if args.pad:
+        command += ["--pad", args.pad]
     if args.data_dir:
         command += ["--data-dir", args.data_dir]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -155,4 +137,10 @@ def main(args) -> list[dict]:
                   f"| {_ratio(cached['peak_bytes'], reference['peak_bytes'])} |", flush=True)
     print(f"targets: time cached/plain <= {TIME_TARGET}x, peak cached / plain batch {n} <= {MEMORY_TARGET}x "
           "(at batch 512)")
+    if args.output:
+        from cse_kit.train.precision import resolve_precision
+
+        precision = resolve_precision(args.mixed_precision, args.device == "cuda")  # auto, as the runs resolved it
+        Path(args.output).write_text(json.dumps({"shape": args.shape, "device": args.device, "chunk": n,
+                                                 "precision": precision, "results": results}, indent=1))
     return results

@@ -1,13 +1,21 @@
 """Training speed at the papers' shape (issue 26): `python bench/train_speed.py --shape bert-base|roberta-base`.
 
   python bench/train_speed.py --shape bert-base [--device cuda|cpu] [--methods simcse,diffcse,...] [--steps 8]
-                              [--warmup 2] [--batch-size N] [--peak-tflops T] [--dev-pairs N] [--compile] [--tf32]
-                              [--mixed-precision no|bf16|fp16|no,bf16] [--profile] [--output result.json]
+                              [--warmup 2] [--batch-size N] [--peak-tflops T] [--dev-pairs N] [--tf32]
+                              [--pad longest|fixed|buckets] [--compile [true|reduce-overhead|max-autotune|...]]
+                              [--sync-check N] [--mixed-precision no|bf16|fp16|no,bf16] [--profile]
+                              [--output result.json]
+
+What is timed is what trains: the loop's own step, cse_kit.train.step.TrainStep, built as the loop builds it
+(an Accelerator from cse_kit.train.precision.build_accelerator, the optimizers and schedules of
+cse_kit.train.loop._optimization, Accelerate's prepare), with each step's batches made (and timed) just before it.
 
 What is built, all from configs (no download, random weights):
 - the encoder: BERT-base (`transformers.BertConfig()`) or RoBERTa-base (`RobertaConfig` with roberta-base's sizes),
   without the NSP pooler, dropout as the preset sets it; DiffCSE's generator: DistilBERT's shape (DistilRoBERTa's for
-  RoBERTa: 6 layers of roberta-base's width) with a masked-LM head;
+  RoBERTa: 6 layers of roberta-base's width) with a masked-LM head. `--shape tiny` is BERT's code at a tiny width (2
+  layers of 32, bert-base-uncased's vocabulary; its generator a 2-layer DistilBERT of that width): the same code path
+  in seconds on a CPU (tests, `bench/gpu_check.sh --device cpu`), not a speed anyone trains at;
 - each method through the kit's own `build_config(preset, "paper", overrides)` and `build_objective`, so the paper
   presets' batch sizes, templates, projectors and settings apply (`--batch-size` overrides the batch);
 - the tokenizer: the offline all-MiniLM-L6-v2's, i.e. bert-base-uncased's vocabulary. No RoBERTa tokenizer is
@@ -18,10 +26,16 @@ What is built, all from configs (no download, random weights):
 - the corpus: the local Wiki1M sample (11,913 lines) repeated to Wiki1M's 1,000,000 lines in memory; a batch's
   sentences are tokenized when the batch is read, so the data time is tokenization + batching + the copy to the
   device (the loop tokenizes the whole corpus once, up front: the same work, spread over the steps here). DiffAug's
-  stage 1 reads the local SNLI dev + test triplets (the SNLI-triplets stand-in for NLI) the same way.
+  stage 1 reads the local SNLI dev + test triplets (the SNLI-triplets stand-in for NLI) the same way;
+- the padding: `--pad`, else the run's pad_to=auto resolved for the device (cse_kit.train.step.resolve_padding: fixed
+  on CUDA, longest on a CPU). fixed pads every batch to the data's longest row, measured over the distinct lines (the
+  repeated corpus's rows are theirs), one shape for the whole run: what a captured step wants.
 
-Timed per step (torch.cuda.synchronize around each part on CUDA): data, forward + backward, optimizer (gradient
-clipping, AdamW step, zeroing; fused AdamW on CUDA, as the loop); medians of `--steps` steps after `--warmup` steps.
+Timed per step (torch.cuda.synchronize around each part on CUDA): data (the step's batches read, tokenized, padded,
+what the method draws from them on the host, copied to the device: TrainStep.batch) and the step (TrainStep.step:
+forward, backward, gradient clipping, the optimizer and schedule stepped, gradients zeroed; fused AdamW on CUDA, as
+the loop). The step is not split further: a split would put a synchronisation inside it, which the loop's step does
+not have. Medians of `--steps` steps after `--warmup` steps.
 Then one dev evaluation (DevEvaluator on STS-B dev, + SICK-R dev where the preset selects on it; `--dev-pairs N`
 times the first N pairs of each and scales the time linearly to the whole set) and one checkpoint (the
 model's safetensors, the optimizer's and RNG states, as Accelerate's save_state writes them) into a temporary
@@ -42,9 +56,13 @@ Projected wall time of a preset's full run: its steps (epochs x 1,000,000 / batc
 own step time) x the step time, + its dev evaluations (every eval_steps steps and at the end) x the dev time, + a
 checkpoint every checkpoint_minutes of that time (or every save_steps) x the checkpoint time.
 
-`--compile` times every method again with its encoder compiled (`objective.encoder.compile()`, as `--set
-compile=true` does) and prints the payoff: the compile time (the first compiled steps over an eager step), the
-compiled step time, the steps after which it has paid for itself and the time it saves on the full run. `--tf32`
+`--compile [MODE]` times every method again with the modules it names compiled in place
+(cse_kit.train.step.compile_modules, as `--set compile=MODE` does: true, torch.compile's default mode, when no mode is
+given; reduce-overhead captures them in CUDA graphs, one graph per shape, so give it `--pad fixed`) and prints the
+payoff: the compile time (the first compiled steps over an eager step), the compiled step time, the steps after which
+it has paid for itself and the time it saves on the full run. `--sync-check N` (CUDA) runs N more steps (eager, and
+compiled with --compile) under torch.cuda.set_sync_debug_mode("warn") and prints the host synchronisations per step,
+in the data part and in the step, with where the step's come from. `--tf32`
 (CUDA only) times every method again with TF32 matmuls allowed and prints the speed-up; whether TF32 moves an
 evaluation number is `python bench/eval_speed.py full --tf32`.
 """
@@ -55,15 +73,20 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import re
 import statistics
 import tempfile
 import time
+import warnings
+from collections import Counter
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import torch
+
+from cse_kit.train.step import TrainStep, compile_modules
 
 #: method -> (row name, preset) per shape: one preset per method, the paper's main unsupervised recipe
 PRESETS = {
@@ -73,6 +96,11 @@ PRESETS = {
                      "esimcse": "esimcse-roberta", "diffaug": "diffaug-semi-roberta",
                      "promptbert": "promptroberta-roberta", "consert": "consert-roberta"},
 }
+PRESETS["tiny"] = PRESETS["bert-base"]
+#: --shape tiny: BERT's code at the width of the kit's smoke models (bert-base-uncased's vocabulary and positions)
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+#: --shape tiny's generator: DistilBERT's code at that width
+TINY_GENERATOR = {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64}
 NAMES = {"simcse": "SimCSE", "diffcse": "DiffCSE", "scd": "SCD", "esimcse": "ESimCSE", "diffaug": "DiffAug",
          "promptbert": "PromptBERT", "consert": "ConSERT"}
 #: lines of each training corpus of the presets timed here (Wiki1M: wiki1m_for_simcse.txt)
@@ -102,7 +130,8 @@ PEAK_TFLOPS = {
 GPU_NAMES = [(r"H100.*NVL", "H100 NVL"), (r"H100.*PCIe", "H100 PCIe"), (r"H100", "H100 SXM"),
              (r"H200.*NVL", "H200 NVL"), (r"H200", "H200"), (r"A100", "A100"), (r"\bL4\b", "L4"),
              (r"\bA10\b", "A10"), (r"RTX 8000", "RTX 8000"), (r"V100.*PCI", "V100 PCIe"), (r"V100", "V100 SXM2")]
-PARTS = ("data", "forward+backward", "optimizer")
+#: the parts of a step timed apart: its batches (TrainStep.batch) and the step itself (TrainStep.step)
+PARTS = ("data", "step")
 
 
 # --- models and data --------------------------------------------------------------------------------------------
@@ -118,10 +147,15 @@ def shape_tokenizer():
 
 def shape_encoder(shape: str, dropout: float | None = None, mlm: bool = False, layers: int | None = None):
     """BERT-base or RoBERTa-base (random weights) without the NSP pooler, or its masked LM; `layers` makes the
-    6-layer DistilBERT / DistilRoBERTa generator."""
+    6-layer DistilBERT / DistilRoBERTa generator. tiny: BERT's code at TINY's width (its generator TINY_GENERATOR)."""
     import transformers
 
     kwargs = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    if shape == "tiny":
+        if layers:
+            return transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(**TINY_GENERATOR))
+        config = transformers.BertConfig(**TINY, **kwargs)
+        return transformers.BertForMaskedLM(config) if mlm else transformers.BertModel(config, add_pooling_layer=False)
     if shape == "bert-base":
         if layers:  # DistilBERT-base: 6 layers of BERT-base's width, its own architecture
             return transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(n_layers=layers))
@@ -167,15 +201,15 @@ def sentence_encoder(tokenizer, max_length: int, template=None, random_vocab: in
     return encode
 
 
-def build_method(key: str, args, tokenizer, precision: str | None = None):
+def build_method(key: str, args, tokenizer, precision: str | None = None, **settings):
     """(config, objective) of the method's preset on the paper profile, around a config-built encoder; `precision`:
-    its mixed_precision instead of the preset's."""
+    its mixed_precision instead of the preset's; `settings`: other TrainConfig settings (grad_cache=32)."""
     from cse_kit.train import build_config, build_objective
 
     preset = PRESETS[args.shape][key]
     batch = {"batch_size": args.batch_size, "nli_batch_size": args.batch_size} if args.batch_size else {}
     overrides = {"data_dir": args.data_dir, **batch,
-                 **({"mixed_precision": precision} if precision else {})}
+                 **({"mixed_precision": precision} if precision else {}), **settings}
     cfg = build_config(preset, "paper", overrides)
     torch.manual_seed(0)
     encoder = shape_encoder(args.shape, cfg.dropout)
@@ -187,9 +221,9 @@ def build_method(key: str, args, tokenizer, precision: str | None = None):
         return cfg, build_objective(cfg, tokenizer, encoder)
 
 
-def method_batches(cfg, tokenizer, args, nli: bool = False):
+def method_batches(cfg, tokenizer, args, nli: bool = False, padding: str = "longest"):
     """cse_kit.train.data.Batches over the repeated Wiki1M sample (or, nli, the SNLI triplets, 275,601 rows as NLI),
-    in the method's template if it has one."""
+    in the method's template if it has one, padded as `padding` says (cse_kit.train.step.resolve_padding)."""
     from cse_kit.data.registry import SNLI_TRIPLETS
     from cse_kit.eval.prompt import Template
     from cse_kit.train.data import Batches, load_examples
@@ -199,8 +233,17 @@ def method_batches(cfg, tokenizer, args, nli: bool = False):
     encode = sentence_encoder(tokenizer, cfg.max_seq_length, template, vocab)
     examples = load_examples(SNLI_TRIPLETS if nli else "Wiki1M-sample", args.data_dir)
     lines = 275_601 if nli else CORPUS_LINES[cfg.data]
-    return Batches(RepeatedCorpus(examples, lines, encode), cfg.nli_batch_size if nli else cfg.batch_size, cfg.seed,
-                   tokenizer.pad_token_id)
+    # Batches would measure the data's longest row over every row (longest_row): here a million rows, each tokenized
+    # when read. The repeated corpus's rows are its examples', so their longest is measured once
+    fixed = longest_example(examples, encode) if padding != "longest" else None
+    return Batches(RepeatedCorpus(examples, lines, encode), cfg.nli_batch_size if nli else cfg.batch_size,
+                   cfg.seed, tokenizer.pad_token_id, padding=padding, fixed_length=fixed)
+
+
+def longest_example(examples: list[tuple[str, ...]], encode, chunk: int = 4096) -> int:
+    """The most ids any text of `examples` encodes to (each column, `chunk` texts at a time)."""
+    return max(len(ids) for k in range(len(examples[0])) for start in range(0, len(examples), chunk)
+               for ids in encode([ex[k] for ex in examples[start:start + chunk]]))
 
 
 # --- measuring ----------------------------------------------------------------------------------------------------
@@ -247,81 +290,134 @@ def count_flops(objective):
             h.remove()
 
 
-class Stepper:
-    """One training step of an objective as cse_kit.train.loop runs it, timed in parts."""
+def step_accelerator(setting: str, device):
+    """The Accelerator a run on `device` trains with (cse_kit.train.precision.build_accelerator: mixed_precision
+    `setting` resolved here). It trains on the GPU wherever one is visible: a CPU measurement on a GPU machine hides
+    it first (main: CUDA_VISIBLE_DEVICES=)."""
+    from cse_kit.train.precision import build_accelerator
 
-    def __init__(self, objective, cfg, device, stage: int | None = None):
-        from cse_kit.train.precision import resolve_precision
-        from cse_kit.train.optim import build_optimizer, fused_update
+    if (device.type == "cuda") != torch.cuda.is_available():
+        fix = "hide it with CUDA_VISIBLE_DEVICES=" if torch.cuda.is_available() else "no GPU is visible"
+        raise SystemExit(f"--device {device.type}: Accelerate trains on the GPU wherever one is visible; {fix}")
+    return build_accelerator(setting)
 
-        self.objective, self.cfg, self.device, self.stage = objective, cfg, device, stage
-        cuda = device.type == "cuda"
-        lr = cfg.stage1_lr if stage == 1 else cfg.lr
-        names = {id(p): n for n, p in objective.named_parameters()}
-        params = objective.stage1_parameters() if stage == 1 else [p for p in objective.parameters()
-                                                                      if p.requires_grad]
-        self.precision = resolve_precision(cfg.mixed_precision, cuda)
-        self.optimizer = build_optimizer([(names[id(p)], p) for p in params], cfg.optimizer_name(), lr,
-                                         cfg.weight_decay_value(), fused_update(device.type, self.precision))
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
-        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else contextlib.nullcontext
-        self.scaler = torch.amp.GradScaler(device.type) if self.precision == "fp16" else None
-        self.sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    def clipped(self):
-        if self.stage is not None:
-            return self.objective.clipped_parameters()
-        return [p for g in self.optimizer.param_groups for p in g["params"]]
+def main_stage_steps(cfg) -> int:
+    """The main stage's optimizer steps of the preset's full run (over CORPUS_LINES)."""
+    steps = CORPUS_LINES[cfg.data] // cfg.batch_size * cfg.epochs // cfg.gradient_accumulation
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
-    def __call__(self, batches, step: int) -> dict:
-        from cse_kit.train.optim import stage_gradients
 
-        cuda = self.device.type == "cuda"
-        if self.stage is not None:
-            self.objective.stage = self.stage
+def train_step(cfg, objective, batches, nli_batches, device) -> TimedStep:
+    """The loop's step (cse_kit.train.step.TrainStep) of `objective`, built as cse_kit.train.loop builds it: the
+    Accelerator of the run's precision, the optimizers and schedules of loop._optimization (which compiles the
+    modules where cfg.compile says), objective and optimizers prepared."""
+    from cse_kit.train.loop import _optimization
+
+    accelerator = step_accelerator(cfg.mixed_precision, device)
+    first_stage = cfg.stage1_steps if objective.two_stages else 0
+    params, optimizers, schedulers = _optimization(cfg, objective, accelerator.device, accelerator.mixed_precision,
+                                                   first_stage, main_stage_steps(cfg))
+    prepared, *optimizers = accelerator.prepare(objective, *optimizers)
+    return TimedStep(cfg, accelerator, prepared, accelerator.unwrap_model(prepared), params, optimizers, schedulers,
+                     batches, nli_batches, first_stage)
+
+
+class TimedStep(TrainStep):
+    """TrainStep with its batches made beforehand (`prepare`, timed apart), and handed to the step by `batch`:
+    the rest of the step is the loop's, unchanged."""
+
+    ready: list = []
+
+    @property
+    def precision(self) -> str:
+        return self.accelerator.mixed_precision
+
+    @property
+    def device(self):
+        return self.accelerator.device
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def stage_of(self, step: int) -> int:
+        return 1 if step < self.first_stage else 2
+
+    def prepare(self, step: int) -> None:
+        """Step `step`'s batches on the device, as TrainStep.batch makes them inside a step."""
+        stage = self.stage_of(step)
+        micro_batches = 1 if stage == 1 else self.cfg.gradient_accumulation
+        self.ready = [TrainStep.batch(self, step, stage, micro) for micro in range(micro_batches)]
+
+    def batch(self, step: int, stage: int, micro: int) -> dict:
+        return self.ready[micro]
+
+    def timed(self, step: int) -> dict:
+        """Seconds of step `step`'s parts: its batches, then the step."""
         self.sync()
         t0 = time.perf_counter()
-        batch = batches(step)
-        if self.stage == 1:
-            batch = {f"nli_{k}": v for k, v in batch.items() if k != "example_index"}
-        batch = {k: (v.pin_memory() if cuda else v).to(self.device, non_blocking=True) for k, v in batch.items()}
+        self.prepare(step)
         self.sync()
         t1 = time.perf_counter()
-        with stage_gradients(self.objective, self.stage, list(self.objective.parameters())):  # as the loop
-            with self.autocast():
-                loss = self.objective(batch)["loss"]
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        self.step(step)
         self.sync()
-        t2 = time.perf_counter()
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        if self.cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.clipped(), self.cfg.max_grad_norm)
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.objective.zero_grad(set_to_none=True)
-        self.sync()
-        t3 = time.perf_counter()
-        return {"data": t1 - t0, "forward+backward": t2 - t1, "optimizer": t3 - t2}
+        return {"data": t1 - t0, "step": time.perf_counter() - t1}
+
+    def compiled(self, mode) -> "TimedStep":
+        """The same step (objective, optimizers, schedules, batches) with the modules the method names compiled
+        in place, as a run with compile=mode trains (compile_modules)."""
+        compile_modules(self.unwrapped, mode)
+        return TimedStep(self.cfg.replace(compile=mode), self.accelerator, self.objective, self.unwrapped,
+                         self.params, self.optimizers, self.schedulers, self.batches, self.nli_batches,
+                         self.first_stage)
 
 
-def time_steps(stepper, batches, steps: int, warmup: int, count: bool = True) -> dict:
-    """Median seconds of each part over `steps` steps after `warmup` steps, the seconds of the warm-up steps, and
-    (count) the mean FLOPs of a timed step."""
-    stepper.objective.train()
-    warm = [sum(stepper(batches, i).values()) for i in range(warmup)]
+def time_steps(step, steps: int, warmup: int, start: int = 0, count: bool = True) -> dict:
+    """Median seconds of each part over `steps` steps after `warmup` steps, from run step `start` on (a two-stage
+    method's main stage starts at its first_stage), the seconds of the warm-up steps, and (count) the mean FLOPs
+    of a timed step."""
+    step.objective.train()
+    warm = [sum(step.timed(start + i).values()) for i in range(warmup)]
     timed, flops = [], []
-    with count_flops(stepper.objective) if count else contextlib.nullcontext([]) as passes:
+    with count_flops(step.unwrapped) if count else contextlib.nullcontext([]) as passes:
         for i in range(warmup, warmup + steps):
             before = len(passes)
-            timed.append(stepper(batches, i))
+            timed.append(step.timed(start + i))
             flops.append(sum(passes[before:]))
     parts = {k: statistics.median(t[k] for t in timed) for k in PARTS}
     return {"parts": parts, "step_s": sum(parts.values()), "warmup_s": warm,
             "flops": statistics.mean(flops) if count else None}
+
+
+#: what torch warns at each synchronising CUDA call under set_sync_debug_mode("warn")
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def count_syncs(step, steps: int, start: int = 0) -> dict | None:
+    """Host synchronisations per step, in the data part and in the step, over `steps` steps from `start` under
+    torch.cuda.set_sync_debug_mode("warn") (every one warns), with the step's by where they come from (file:line,
+    most frequent first); None off CUDA."""
+    if not steps or step.device.type != "cuda":
+        return None
+    counts, where = {"data": 0, "step": 0}, Counter()
+    step.objective.train()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for i in range(start, start + steps):
+                for part, run in (("data", step.prepare), ("step", step.step)):
+                    before = len(caught)
+                    run(i)
+                    syncs = [w for w in caught[before:] if SYNC_WARNING in str(w.message)]
+                    counts[part] += len(syncs)
+                    if part == "step":
+                        where.update(f"{Path(w.filename).name}:{w.lineno}" for w in syncs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    step.sync()
+    return {**{k: v / steps for k, v in counts.items()}, "steps": steps, "where": where.most_common(5)}
 
 
 def time_dev(objective, cfg, tokenizer, device, args) -> dict:
@@ -336,14 +432,17 @@ def time_dev(objective, cfg, tokenizer, device, args) -> dict:
         dev.sts = {name: pairs[:args.dev_pairs] for name, pairs in dev.sts.items()}
     timed = sum(len(pairs) for pairs in dev.sts.values())
     sets, dev.sts = dev.sts, {name: pairs[:8] for name, pairs in dev.sts.items()}
-    dev(objective.test_model()[0])  # warm-up on 8 pairs: the first call's one-off costs are not an evaluation's
-    dev.sts = sets
-    seconds = dev(objective.test_model()[0])["seconds"]
+    from cse_kit.train.step import eager
+
+    with eager():  # as the loop evaluates: compiled modules run eagerly
+        dev(objective.test_model()[0])  # warm-up on 8 pairs: the first call's one-off costs are not an evaluation's
+        dev.sts = sets
+        seconds = dev(objective.test_model()[0])["seconds"]
     objective.train()
     return {"seconds": seconds * full / timed, "pairs": timed, "of": full}
 
 
-def time_checkpoint(objective, optimizer, device, folder=None) -> float:
+def time_checkpoint(objective, optimizers: list, device, folder=None) -> float:
     """Seconds to write what a run's checkpoint holds (cse_kit.train.checkpoint): the model's safetensors (shared
     tensors once), the optimizer's, the RNG states and the trainer state with every file's SHA-256."""
     from cse_kit.io import write_json_atomic
@@ -353,7 +452,7 @@ def time_checkpoint(objective, optimizer, device, folder=None) -> float:
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         sync()
         t = time.perf_counter()
-        write_process_files(Path(tmp), 0, objective, [optimizer], main=True)
+        write_process_files(Path(tmp), 0, objective, optimizers, main=True)
         write_json_atomic(Path(tmp) / STATE, trainer_state(Path(tmp), {"step": 0}, [], None, 1))
         return time.perf_counter() - t
 
@@ -403,14 +502,12 @@ def peak_tflops(device, precision: str, given: float | None) -> tuple[float | No
 
 
 def project(cfg, main: dict, stage1: dict | None, dev_s: float, checkpoint_s: float) -> dict:
-    """Seconds of the preset's full run by part: stage-1 and main steps, dev evaluations, checkpoints."""
-    batches = CORPUS_LINES[cfg.data] // cfg.batch_size * cfg.epochs  # micro-batches; a step holds `accumulation`
-    steps = batches // cfg.gradient_accumulation
-    steps = min(steps, cfg.max_steps) if cfg.max_steps else steps
+    """Seconds of the preset's full run by part: stage-1 and main steps (a step's parts hold all its micro-batches),
+    dev evaluations, checkpoints."""
+    steps = main_stage_steps(cfg)
     first = cfg.stage1_steps if stage1 else 0
     total = first + steps
-    per_part = {k: main["parts"][k] * steps * (cfg.gradient_accumulation if k != "optimizer" else 1)
-                + (stage1["parts"][k] * first if stage1 else 0) for k in PARTS}
+    per_part = {k: main["parts"][k] * steps + (stage1["parts"][k] * first if stage1 else 0) for k in PARTS}
     evaluations = total // cfg.eval_steps + (1 if total % cfg.eval_steps else 0)
     per_part["dev evaluation"] = evaluations * dev_s
     before = sum(per_part.values())
@@ -423,43 +520,52 @@ def project(cfg, main: dict, stage1: dict | None, dev_s: float, checkpoint_s: fl
 # --- one method -------------------------------------------------------------------------------------------------
 
 def measure_method(key: str, args, tokenizer, device, precision: str | None = None) -> dict:
+    from cse_kit.train.step import resolve_padding
+
     cfg, objective = build_method(key, args, tokenizer, precision)
-    objective.to(device)
-    batches = method_batches(cfg, tokenizer, args)
-    two_stage = objective.two_stages
-    stepper = Stepper(objective, cfg, device, stage=2 if two_stage else None)
-    main = time_steps(stepper, batches, args.steps, args.warmup)
+    padding = resolve_padding(args.pad or cfg.pad_to, device.type == "cuda")
+    batches = method_batches(cfg, tokenizer, args, padding=padding)
+    two_stage = objective.two_stages and cfg.stage1_steps
+    nli = method_batches(cfg, tokenizer, args, nli=True, padding=padding) if two_stage or cfg.aux_weight else None
+    step = train_step(cfg, objective, batches, nli, device)
+    start = step.first_stage  # the main stage's first step
+    label = f"{NAMES[key]} {_precision_name(step.precision)}"
+    main = time_steps(step, args.steps, args.warmup, start)
     if args.profile:
-        profile_step(stepper, batches, args.warmup + args.steps, f"{NAMES[key]} {_precision_name(stepper.precision)}")
+        profile_step(step, start + args.warmup + args.steps, label)
     stage1 = None
-    if two_stage and cfg.stage1_steps:
-        nli = method_batches(cfg, tokenizer, args, nli=True)
-        first = Stepper(objective, cfg, device, stage=1)
-        stage1 = time_steps(first, nli, args.steps, args.warmup)
+    if two_stage:
+        stage1 = time_steps(step, args.steps, args.warmup, 0)
         if args.profile:
-            label = f"{NAMES[key]} stage-1 {_precision_name(first.precision)}"
-            profile_step(first, nli, args.warmup + args.steps, label)
-        objective.stage = 2
-    dev = time_dev(objective, cfg, tokenizer, device, args)
-    checkpoint_s = time_checkpoint(objective, stepper.optimizer, device, args.checkpoint_dir)
+            profile_step(step, args.warmup + args.steps, f"{NAMES[key]} stage-1 {_precision_name(step.precision)}")
+        step.unwrapped.stage = 2
+    syncs = count_syncs(step, args.sync_check, start + 2 * (args.warmup + args.steps))
+    dev = time_dev(step.unwrapped, cfg, tokenizer, device, args)
+    checkpoint_s = time_checkpoint(step.unwrapped, step.optimizers, device, args.checkpoint_dir)
     projection = project(cfg, main, stage1, dev["seconds"], checkpoint_s)
-    result = {"method": NAMES[key], "preset": cfg.preset, "batch_size": cfg.batch_size, "precision": stepper.precision,
-              "main": main, "stage1": stage1, "stage1_batch_size": cfg.nli_batch_size if stage1 else None,
+    result = {"method": NAMES[key], "preset": cfg.preset, "batch_size": cfg.batch_size, "precision": step.precision,
+              "padding": padding, "fixed_length": batches.fixed_length, "main": main, "stage1": stage1,
+              "stage1_batch_size": cfg.nli_batch_size if stage1 else None, "syncs": syncs,
               "dev": dev, "checkpoint_s": checkpoint_s, "projection": projection}
     if args.tf32 and device.type == "cuda":
-        result["tf32"] = measure_tf32(stepper, batches, args)
+        result["tf32"] = measure_tf32(step, args)
     if args.compile:
-        result["compile"] = measure_compile(objective, stepper, batches, args, main, projection)
+        result["compile"] = measure_compile(step, args, main, projection)
+    if device.type == "cuda":
+        step.accelerator.free_memory()  # Accelerate's references to the prepared objective and optimizers
     return result
 
 
-def profile_step(stepper, batches, step: int, label: str, rows: int = 25) -> None:
-    """torch.profiler over one more step: the operators by their own time, and the share of matrix work in it."""
+def profile_step(step, index: int, label: str, rows: int = 25) -> None:
+    """torch.profiler over one more step (its batches made inside, as the loop's): the operators by their own time,
+    and the share of matrix work in it."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if stepper.device.type == "cuda" else [])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if step.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        stepper(batches, step)
+        step.prepare(index)
+        step.step(index)
+        step.sync()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
     matmul = sum(e.self_cpu_time_total for e in events if re.search(r"mm|matmul|linear|addmm|bmm|_mkl|onednn", e.key))
@@ -467,29 +573,33 @@ def profile_step(stepper, batches, step: int, label: str, rows: int = 25) -> Non
     print(events.table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
-def measure_tf32(stepper, batches, args) -> dict:
+def measure_tf32(step, args) -> dict:
     """The same steps with TF32 matmuls allowed (the baseline: torch's default, not allowed)."""
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
     try:
-        on = time_steps(stepper, batches, args.steps, args.warmup, count=False)
+        on = time_steps(step, args.steps, args.warmup, step.first_stage, count=False)
     finally:
         torch.set_float32_matmul_precision(previous)
-    off = time_steps(stepper, batches, args.steps, args.warmup, count=False)  # re-timed beside it: same state
+    off = time_steps(step, args.steps, args.warmup, step.first_stage, count=False)  # re-timed beside it: same state
     return {"off_step_s": off["step_s"], "on_step_s": on["step_s"]}
 
 
-def measure_compile(objective, stepper, batches, args, eager: dict, projection: dict) -> dict:
-    """The encoder compiled in place (as the loop's compile=true): the first steps' extra seconds (compilation,
-    recompiles for new widths included) and the compiled step time."""
-    objective.encoder.compile()
-    compiled = time_steps(stepper, batches, args.steps, max(args.warmup, 3), count=False)
-    extra = sum(compiled["warmup_s"]) - len(compiled["warmup_s"]) * eager["step_s"]
-    saved = eager["step_s"] - compiled["step_s"]
+def measure_compile(step, args, eager: dict, projection: dict) -> dict:
+    """The modules the method names compiled in place, as a run with compile=args.compile trains
+    (TimedStep.compiled): the first steps' extra seconds (compilation, recompiles for new widths and, captured, the
+    graphs' recording included) and the compiled step time; with --sync-check, its host synchronisations."""
+    compiled = step.compiled(args.compile)
+    start = step.first_stage
+    timed = time_steps(compiled, args.steps, max(args.warmup, 3), start, count=False)
+    extra = sum(timed["warmup_s"]) - len(timed["warmup_s"]) * eager["step_s"]
+    saved = eager["step_s"] - timed["step_s"]
     steps = projection["steps"]
-    return {"step_s": compiled["step_s"], "compile_s": extra, "speedup": eager["step_s"] / compiled["step_s"],
+    return {"mode": args.compile, "captured": compiled.captured, "step_s": timed["step_s"], "parts": timed["parts"],
+            "compile_s": extra, "speedup": eager["step_s"] / timed["step_s"],
             "break_even_steps": math.ceil(extra / saved) if saved > 0 else None,
-            "full_run_saving_s": saved * steps - extra}
+            "full_run_saving_s": saved * steps - extra,
+            "syncs": count_syncs(compiled, args.sync_check, start + 4 * (args.warmup + args.steps))}
 
 
 # --- the report ---------------------------------------------------------------------------------------------------
@@ -507,17 +617,27 @@ def row(result: dict, peak: float | None, stage: str = "main") -> dict:
             "peak_fraction": achieved / peak if peak else None}
 
 
+def padding_words(result: dict) -> str:
+    """How a method's batches were padded: `fixed (32 tokens)`, `longest`."""
+    fixed = result.get("fixed_length")
+    return f"{result['padding']} ({fixed} tokens)" if result["padding"] != "longest" and fixed else result["padding"]
+
+
 def print_report(results: list[dict], args, device, peaks: dict[str, tuple[float | None, str]]) -> None:
     """The table, and each method's precisions side by side; `peaks`: precision -> (peak TFLOP/s, what it is)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     described = "; ".join(f"{_precision_name(p)} {v:.3f} TFLOP/s ({note})" if v else f"{_precision_name(p)}: {note}"
                           for p, (v, note) in peaks.items())
+    paddings = ", ".join(dict.fromkeys(f"{r['method']} {padding_words(r)}" for r in results))
     print(f"training speed, {args.shape} shape (random weights, built from its config), {name}, "
           f"medians of {args.steps} steps after {args.warmup} warm-up; peak: {described}; TF32 matmuls "
           f"{'allowed' if tf32_allowed() else 'not allowed'}")
-    print("corpus: the Wiki1M sample (11,913 lines) repeated to 1,000,000 lines in memory, tokenized per batch")
+    print("corpus: the Wiki1M sample (11,913 lines) repeated to 1,000,000 lines in memory, tokenized per batch; "
+          f"padding: {paddings}")
+    print("timed: the loop's step (cse_kit.train.step.TrainStep: forward, backward, clipping, optimizer, schedule), "
+          "its batches made just before it (data)")
     head = (f"{'method':18s} {'preset':22s} {'batch':>5s} {'prec':>4s} {'ms/step':>9s} {'sent/s':>8s} "
-            f"{'TFLOP/step':>10s} {'% peak':>7s} {'data':>5s} {'fwd+bwd':>7s} {'optim':>5s} {'dev':>5s} "
+            f"{'TFLOP/step':>10s} {'% peak':>7s} {'data':>5s} {'step':>5s} {'dev':>5s} "
             f"{'ckpt':>5s} {'full run':>9s}")
     print(head)
     for r in results:
@@ -527,18 +647,19 @@ def print_report(results: list[dict], args, device, peaks: dict[str, tuple[float
             m = row(r, peaks[r["precision"]][0], stage)
             label = r["method"] + (" stage 1" if stage == "stage1" else "")
             fraction = f"{100 * m['peak_fraction']:.1f}" if m["peak_fraction"] is not None else "n/a"
-            tail = (f"{shares['data']:5.1f} {shares['forward+backward']:7.1f} {shares['optimizer']:5.1f} "
+            tail = (f"{shares['data']:5.1f} {shares['step']:5.1f} "
                     f"{shares['dev evaluation']:5.1f} {shares['checkpoint']:5.1f} {_hours(projection['total_s']):>9s}"
                     if stage == "main" else "(NLI triplets; in DiffAug's full run)")
             batch = r["batch_size"] if stage == "main" else r["stage1_batch_size"]
             print(f"{label:18s} {r['preset']:22s} {batch:5d} {r['precision']:>4s} {m['ms_step']:9.1f} "
                   f"{m['sentences_s']:8.1f} {m['tflop_step']:10.3f} {fraction:>7s} {tail}")
-    print("shares (%) are of the projected full run: data, forward+backward, optimizer, dev evaluations, checkpoints")
+    print("ms/step: data + step; shares (%) are of the projected full run: data, step, dev evaluations, checkpoints")
     for r in results:
         p, d = r["projection"], r["dev"]
         scaled = f", scaled from {d['pairs']} of {d['of']} pairs" if d["pairs"] != d["of"] else ""
         stage1 = f"{p['stage1_steps']} stage-1 + " if p["stage1_steps"] else ""
-        print(f"  {r['method']}: {stage1}{p['steps']} steps, {p['evaluations']} dev evaluations of "
+        parts = ", ".join(f"{k} {1000 * v:.1f} ms" for k, v in r["main"]["parts"].items())
+        print(f"  {r['method']}: {parts}; {stage1}{p['steps']} steps, {p['evaluations']} dev evaluations of "
               f"{d['seconds']:.2f} s{scaled}, {p['checkpoints']} checkpoints of {r['checkpoint_s']:.2f} s")
     print_precisions(results)
     for r in results:
@@ -550,9 +671,27 @@ def print_report(results: list[dict], args, device, peaks: dict[str, tuple[float
             c = r["compile"]
             verdict = "pays off" if c["full_run_saving_s"] > 0 else "does not pay off"
             even = c["break_even_steps"] if c["break_even_steps"] is not None else "never"
-            print(f"  compile {r['method']}: {1000 * c['step_s']:.1f} ms/step compiled vs "
+            mode = "true" if c["mode"] is True else c["mode"]
+            how = f"compile={mode}, {'captured in CUDA graphs' if c['captured'] else 'not captured'}, " \
+                  f"pad {padding_words(r)}"
+            print(f"  compile {r['method']} ({how}): {1000 * c['step_s']:.1f} ms/step compiled vs "
                   f"{1000 * r['main']['step_s']:.1f} eager ({c['speedup']:.2f}x), compilation {c['compile_s']:.1f} s, "
                   f"break-even after {even} steps, full run {c['full_run_saving_s'] / 60:+.1f} min saved: {verdict}")
+    if args.sync_check:
+        print_syncs(results, device)
+
+
+def print_syncs(results: list[dict], device) -> None:
+    """--sync-check: host synchronisations per step, eager and compiled."""
+    if device.type != "cuda":
+        print("  host synchronisations per step: n/a on cpu (torch.cuda.set_sync_debug_mode counts CUDA's)")
+        return
+    for r in results:
+        for label, syncs in (("eager", r["syncs"]), ("compiled", r.get("compile", {}).get("syncs"))):
+            if syncs:
+                where = ", ".join(f"{place} x{n}" for place, n in syncs["where"]) or "none"
+                print(f"  host synchronisations per step, {r['method']} {label}: {syncs['step']:g} in the step, "
+                      f"{syncs['data']:g} in its data ({syncs['steps']} steps); the step's from: {where}")
 
 
 def _precision_name(precision: str) -> str:
@@ -581,9 +720,42 @@ def precisions(text: str) -> list[str]:
     return chosen
 
 
+def compile_mode(text: str):
+    """--compile's mode: true (torch.compile's default mode), false, or a mode's name (TrainConfig.compile)."""
+    from cse_kit.train.config import COMPILE_MODES
+
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text not in COMPILE_MODES:
+        raise argparse.ArgumentTypeError(f"compile takes true, false or one of {', '.join(COMPILE_MODES)}")
+    return text
+
+
+def hide_gpu_for_cpu(device: str | None) -> None:
+    """--device cpu on a machine with a GPU: the GPU hidden before torch first asks for it (Accelerate trains on
+    the GPU wherever one is visible)."""
+    if device == "cpu" and not torch.cuda.is_initialized():
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def write_output(path, results: list[dict], args, device, peaks: dict | None) -> None:
+    """The measurements as JSON; written after each method too (`complete` false), so a run cut short keeps what
+    it measured."""
+    if not path:
+        return
+    if peaks:
+        for r in results:
+            r.update(row(r, peaks[r["precision"]][0]))
+    Path(path).write_text(json.dumps({"shape": args.shape, "device": str(device), "complete": peaks is not None,
+                                      "peak_tflops": {p: v for p, (v, _) in (peaks or {}).items()},
+                                      "peak": {p: note for p, (_, note) in (peaks or {}).items()},
+                                      "results": results}, indent=1))
+
+
 def main(args) -> list[dict]:
     from cse_kit.environment import keep_freed_memory
 
+    hide_gpu_for_cpu(args.device)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":
         keep_freed_memory()  # as cse-kit train does on CPU
@@ -598,23 +770,19 @@ def main(args) -> list[dict]:
     for key in methods:
         for precision in args.mixed_precision or [None]:
             results.append(measure_method(key, args, tokenizer, device, precision))
+            write_output(args.output, results, args, device, None)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     peaks = {p: peak_tflops(device, p, args.peak_tflops) for p in dict.fromkeys(r["precision"] for r in results)}
     print_report(results, args, device, peaks)
-    if args.output:
-        for r in results:
-            r.update(row(r, peaks[r["precision"]][0]))
-        Path(args.output).write_text(json.dumps({"shape": args.shape, "device": str(device),
-                                                 "peak_tflops": {p: v for p, (v, _) in peaks.items()},
-                                                 "peak": {p: note for p, (_, note) in peaks.items()},
-                                                 "results": results}, indent=1))
+    write_output(args.output, results, args, device, peaks)
     return results
 
 
 def add_arguments(p) -> None:
-    g = p.add_argument_group("paper shape (issue 26): --shape bert-base|roberta-base")
-    g.add_argument("--shape", choices=sorted(PRESETS), help="time every method at this shape (bench/paper_speed.py)")
+    g = p.add_argument_group("paper shape (issue 26): --shape bert-base|roberta-base|tiny")
+    g.add_argument("--shape", choices=sorted(PRESETS), help="time every method at this shape (bench/paper_speed.py; "
+                                                            "tiny: BERT's code at a tiny width, for tests)")
     g.add_argument("--device", help="cuda or cpu (default: cuda if available)")
     g.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones")
     g.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for the precision run")
@@ -624,7 +792,13 @@ def add_arguments(p) -> None:
                    help="instead of the preset's (auto: bf16 on CUDA, else fp16; on CPU bf16 where a unit multiplies "
                         "bf16, else fp32); several, comma-separated (no,bf16), time each method in each, side by side")
     g.add_argument("--checkpoint-dir", help="where the checkpoint is written (default: the system's temp folder)")
-    g.add_argument("--compile", action="store_true", help="also time each method compiled, print the payoff")
+    g.add_argument("--pad", choices=("longest", "fixed", "buckets"),
+                   help="how batches are padded (pad_to; default: the run's auto, fixed on CUDA, longest on a CPU)")
+    g.add_argument("--compile", nargs="?", const=True, default=False, type=compile_mode, metavar="MODE",
+                   help="also time each method with its modules compiled (compile=MODE: true when no mode is given; "
+                        "reduce-overhead captures the step in CUDA graphs, with --pad fixed), print the payoff")
+    g.add_argument("--sync-check", type=int, default=0, metavar="N",
+                   help="count the host synchronisations of N more steps (CUDA: set_sync_debug_mode)")
     g.add_argument("--tf32", action="store_true", help="also time each method with TF32 matmuls (CUDA)")
     g.add_argument("--profile", action="store_true", help="print torch.profiler's operator table of one more step")
-    g.add_argument("--output", help="write the measurements as JSON")
+    g.add_argument("--output", help="write the measurements as JSON (after each method too)")

@@ -7,6 +7,10 @@
                               the papers' shape, built from configs; see bench/paper_speed.py)
   python bench/train_speed.py --grad-cache N [--methods ...] [--batches 64,128,512]   (issue 58: gradient caching's
                               peak memory and step time; see bench/grad_cache_speed.py)
+  python bench/train_speed.py --st-model FOLDER [--device cuda|cpu] [--batch-size 64] [--mixed-precision bf16]
+                              [--steps 8] [--warmup 2] [--pad fixed] [--output result.json]
+                              (SimCSE's training step, the loop's own, against sentence-transformers' MNRL on the
+                              same model folder, on the device: st_compare)
 
 SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
 3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
@@ -192,30 +196,114 @@ def diffcse_parts(diffcse, batch) -> dict:
     return {"generator edit": t_gen, "discriminator fwd+bwd": t_disc}
 
 
-def sentence_transformers_step(batch_size, lr):
-    from sentence_transformers import SentenceTransformer, losses
-    try:
+def sentence_transformers_step(batch_size, lr, device="cpu", model=None, precision: str = "no",
+                               max_length: int = 32, scale: float = 20.0, max_grad_norm: float = 1.0):
+    """A step of sentence-transformers' MNRL on (x, x) pairs: all-MiniLM-L6-v2 (or the model folder `model`) with
+    CLS pooling on `device`, the forward under `precision`'s autocast (a GradScaler under fp16), the kit's AdamW for
+    that device and precision (fused on CUDA and in bf16 on a CPU, else _foreach). Returns step(sentences) ->
+    seconds (synchronised on CUDA)."""
+    from sentence_transformers import SentenceTransformer
+    try:  # sentence-transformers 6
+        from sentence_transformers.sentence_transformer import losses
         from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     except ImportError:
+        from sentence_transformers import losses
         from sentence_transformers.models import Pooling, Transformer
 
-    transformer = Transformer(resolve_reference("all-MiniLM-L6-v2"), max_seq_length=32)
-    model = SentenceTransformer(modules=[transformer, Pooling(384, pooling_mode="cls")], device="cpu")
-    mnrl = losses.MultipleNegativesRankingLoss(model, scale=20.0)  # scale 1 / temp 0.05
-    opt = build_optimizer(model.named_parameters(), "torch-adamw", lr)  # the kit's fp32 AdamW (_foreach)
-    model.train()
+    device = torch.device(device)
+    transformer = Transformer(model or resolve_reference("all-MiniLM-L6-v2"), max_seq_length=max_length)
+    width = transformer.auto_model.config.hidden_size
+    st = SentenceTransformer(modules=[transformer, Pooling(width, pooling_mode="cls")], device=str(device))
+    tokenize = getattr(st, "preprocess", None) or st.tokenize  # sentence-transformers 6 renamed it
+    mnrl = losses.MultipleNegativesRankingLoss(st, scale=scale)  # scale 1 / temp
+    opt = build_optimizer(st.named_parameters(), "torch-adamw", lr, None, fused_update(device.type, precision))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = partial(torch.autocast, device.type, dtype=dtype, enabled=dtype is not None)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    st.train()
 
     def step(sentences) -> float:
+        sync()
         t = time.perf_counter()
-        features = [model.tokenize(sentences), model.tokenize(sentences)]  # the SimCSE pairing: (x, x)
-        loss = mnrl(features, None)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        features = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in tokenize(sentences).items()}
+                    for _ in range(2)]  # the SimCSE pairing (x, x), each tokenized and copied, as fit's collate
+        with autocast():
+            loss = mnrl(features, None)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(st.parameters(), max_grad_norm)
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         return time.perf_counter() - t
 
     return step
+
+
+def st_compare(args) -> dict:
+    """SimCSE's step as `cse-kit train` takes it (the simcse-bert preset on the paper profile around the model in
+    folder args.st_model; the loop's TrainStep, bench/paper_speed.train_step, with its batches read, tokenized,
+    padded and copied: the data part counted) against sentence-transformers' MultipleNegativesRankingLoss on the
+    same folder's weights (CLS pooling, scale 1/temp, each (x, x) pair tokenized twice and copied inside the step,
+    as fit's collate does), on the same sentences, precision (autocast; a GradScaler under fp16) and AdamW (fused on
+    CUDA, as the kit's), gradient norm clipped to the preset's. Alternating rounds: SimCSE's step, then MNRL's on the
+    same sentences, `--warmup` rounds untimed. Prints the medians and the ratio; `--output` writes them as JSON."""
+    import json
+
+    import paper_speed
+
+    from cse_kit.train.step import resolve_padding
+
+    paper_speed.hide_gpu_for_cpu(args.device)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu":
+        keep_freed_memory()
+    batch_size = args.batch_size or 64
+    overrides = {"model": args.st_model, "batch_size": batch_size, "data_dir": args.data_dir}
+    if args.mixed_precision:
+        overrides["mixed_precision"] = args.mixed_precision[0]
+    cfg = build_config("simcse-bert", "paper", overrides)
+    torch.manual_seed(0)
+    tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
+    objective = build_objective(cfg, tokenizer, encoder)
+    args.shape = "bert-base"  # paper_speed.method_batches: bert-base-uncased's ids, as the folder's tokenizer
+    padding = resolve_padding(args.pad or cfg.pad_to, device.type == "cuda")
+    batches = paper_speed.method_batches(cfg, tokenizer, args, padding=padding)
+    kit = paper_speed.train_step(cfg, objective, batches, None, device)
+    kit.objective.train()
+    mnrl = sentence_transformers_step(batch_size, cfg.lr, device=device, model=args.st_model,
+                                      precision=kit.precision, max_length=cfg.max_seq_length, scale=1 / cfg.temp,
+                                      max_grad_norm=cfg.max_grad_norm)
+    examples = batches.dataset.examples
+    times = {"SimCSE": [], "sentence-transformers MNRL": []}
+    for i in range(args.warmup + args.steps):
+        rows = batches.order(0)[i * batch_size:(i + 1) * batch_size].tolist()
+        sentences = [examples[j % len(examples)][0] for j in rows]
+        simcse_s = sum(kit.timed(i).values())
+        mnrl_s = mnrl(sentences)
+        if i >= args.warmup:
+            times["SimCSE"].append(simcse_s)
+            times["sentence-transformers MNRL"].append(mnrl_s)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"SimCSE (the loop's step, simcse-bert paper preset) vs sentence-transformers MNRL on {args.st_model}, "
+          f"{name}, batch {batch_size}, {kit.precision}, padding {padding}, medians of {args.steps} alternating "
+          f"rounds after {args.warmup}")
+    for k, v in med.items():
+        print(f"  {k:28s} {1000 * v:9.1f} ms/step  {batch_size / v:8.1f} sentences/s")
+    ratio = med["sentence-transformers MNRL"] / med["SimCSE"]
+    print(f"  SimCSE vs sentence-transformers: {ratio:.2f}x as fast")
+    result = {"device": str(device), "batch_size": batch_size, "precision": kit.precision, "padding": padding,
+              "steps": args.steps, "ms_step": {k: 1000 * v for k, v in med.items()}, "speedup": ratio}
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=1))
+    return result
 
 
 def main():
@@ -239,7 +327,11 @@ def main():
                                                   "chunks of N rows, at each of --batches")
     g.add_argument("--batches", help="comma-separated batch sizes (default 64,128,512)")
     g.add_argument("--one", help=argparse.SUPPRESS)  # method,batch,chunk: one measurement in this process
+    p.add_argument("--st-model", metavar="FOLDER", help="time SimCSE's step against sentence-transformers' MNRL on "
+                                                       "this model folder, on --device (st_compare)")
     args = p.parse_args()
+    if args.st_model:
+        return st_compare(args)
     if args.grad_cache:
         import grad_cache_speed
 

@@ -1,5 +1,7 @@
 """The benchmarks' paper-shape modes on CPU (issue 26): `bench/train_speed.py --shape` and `bench/eval_speed.py full`
-run here with a few steps and small batches, so the code path a GPU measurement takes cannot rot."""
+run here with a few steps and small batches, so the code path a GPU measurement takes cannot rot. They time the
+loop's own step (cse_kit.train.step.TrainStep), and `bench/gpu_check.sh --device cpu` runs the GPU node check's
+every part on a tiny BERT (issue 75)."""
 
 import json
 import math
@@ -49,8 +51,7 @@ def check_train_table(stdout: str, result: dict, methods) -> None:
         assert r["tflop_step"] > 0 and r["peak_fraction"] > 0  # of the precision's matmul ceiling measured in the run
         projection = r["projection"]
         assert math.isfinite(projection["total_s"]) and projection["total_s"] > 0
-        assert set(projection["parts_s"]) == {"data", "forward+backward", "optimizer", "dev evaluation",
-                                              "checkpoint"}
+        assert set(projection["parts_s"]) == {"data", "step", "dev evaluation", "checkpoint"}
         assert projection["steps"] == 1_000_000 // r["batch_size"] * (2 if r["method"] == "DiffCSE" else 1)
     if "diffaug" in methods:
         diffaug = next(r for r in result["results"] if r["method"] == "DiffAug")
@@ -125,8 +126,8 @@ def test_train_speed_compile_payoff(data_dir):
     stdout = run_bench("train_speed.py", "--shape", "bert-base", "--device", "cpu", "--methods", "simcse", "--steps",
                        "2", "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8", "--compile", "--tf32",
                        data_dir=data_dir)
-    assert re.search(r"compile SimCSE: [\d.]+ ms/step compiled vs [\d.]+ eager .* (pays off|does not pay off)",
-                     stdout), stdout
+    assert re.search(r"compile SimCSE \(compile=true, not captured, pad longest\): [\d.]+ ms/step compiled vs "
+                     r"[\d.]+ eager .* (pays off|does not pay off)", stdout), stdout
     assert "nothing to measure on CPU" in stdout
 
 
@@ -178,12 +179,12 @@ def test_projection_counts_the_presets_steps_evaluations_and_checkpoints():
     from cse_kit.train import build_config
 
     cfg = build_config("diffaug-semi-bert", "paper")
-    step = {"parts": {"data": 0.01, "forward+backward": 0.2, "optimizer": 0.05}}
+    step = {"parts": {"data": 0.01, "step": 0.25}}
     p = paper_speed.project(cfg, step, step, dev_s=3.0, checkpoint_s=10.0)
     assert p["steps"] == 1_000_000 // 256 and p["stage1_steps"] == 2000
     total = p["steps"] + 2000
     assert p["evaluations"] == total // 50 + 1  # every 50 steps and at the end
-    assert p["parts_s"]["forward+backward"] == pytest.approx(0.2 * total)
+    assert p["parts_s"]["step"] == pytest.approx(0.25 * total)
     assert p["parts_s"]["dev evaluation"] == pytest.approx(3.0 * p["evaluations"])
     before = sum(v for k, v in p["parts_s"].items() if k != "checkpoint")
     assert p["checkpoints"] == int(before // (60 * cfg.checkpoint_minutes))
@@ -356,3 +357,135 @@ def test_tune_overhead_times_the_search_beside_a_trials_training(data_dir):
     storages = ["sqlite"] + ([] if postgres_server.missing() else ["postgresql"])
     for storage in storages:  # next_trial, store lookup, tell, heartbeat+setup, search (ms); training; the ratio
         assert re.search(rf"^smoke\s+{storage}\s+(\d+\.\d\s+){{5}}\d+\.\d\ds\s+\d+\.\d\d%$", stdout, re.M), stdout
+
+
+# --- the loop's step, timed (issue 75): --pad, --compile MODE, and the GPU node check ---------------------------------
+
+def test_the_bench_times_the_loops_own_step():
+    """paper_speed's step is cse_kit.train.step.TrainStep's: only where its batches come from is its own."""
+    from cse_kit.train.step import TrainStep
+
+    assert issubclass(paper_speed.TimedStep, TrainStep)
+    own = {name for name, value in vars(paper_speed.TimedStep).items() if callable(value)}
+    assert "step" not in own and own <= {"prepare", "batch", "timed", "compiled", "sync", "stage_of"}
+
+
+@pytest.mark.parametrize("given, mode", [("true", True), ("false", False), ("reduce-overhead", "reduce-overhead"),
+                                         ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")])
+def test_compile_takes_a_mode_or_none(given, mode):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    paper_speed.add_arguments(p)
+    assert p.parse_args(["--compile", given]).compile == mode
+    assert p.parse_args(["--compile"]).compile is True and p.parse_args([]).compile is False
+    with pytest.raises(SystemExit):
+        p.parse_args(["--compile", "fast"])
+
+
+@pytest.mark.parametrize("padding", ["fixed", "buckets"])
+def test_repeated_corpus_batches_pad_to_its_examples_longest_row(padding, data_dir, minilm):
+    """--pad fixed|buckets: the repeated corpus's longest row is its examples' (measured once, not over the million
+    rows it repeats); every fixed batch has that width, a bucketed one the next bucket length up to it."""
+    import argparse
+
+    from cse_kit.eval.encode import BUCKET_LENGTHS
+    from cse_kit.train import build_config
+
+    tokenizer = minilm[0]
+    cfg = build_config("simcse-bert", "paper", {"batch_size": 4})
+    args = argparse.Namespace(shape="bert-base", data_dir=str(data_dir))
+    batches = paper_speed.method_batches(cfg, tokenizer, args, padding=padding)
+    examples = batches.dataset.examples
+    assert len(batches.dataset) == 1_000_000
+    assert batches.fixed_length == max(len(ids) for ids in tokenizer([e[0] for e in examples], truncation=True,
+                                                                     max_length=32)["input_ids"]) == 32
+    for step in range(5):
+        batch = batches(step)
+        longest = int(batch["attention_mask"].sum(-1).max())
+        width = batch["input_ids"].shape[-1]
+        if padding == "fixed":
+            assert width == 32
+        else:
+            assert width == min(next(b for b in BUCKET_LENGTHS if b >= longest), 32)
+
+
+def test_paper_speed_pads_fixed_and_times_data_and_step_apart(data_dir, tmp_path):
+    """--pad fixed on the tiny shape: the loop's step on one shape, its data and step parts in the table and the JSON,
+    its FLOPs those of the fixed width (6 x non-embedding weights x 2 rows x 2 views x 32)."""
+    out = tmp_path / "speed.json"
+    stdout = run_bench("train_speed.py", "--shape", "tiny", "--device", "cpu", "--methods", "simcse", "--steps", "2",
+                       "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8", "--pad", "fixed", "--sync-check", "1",
+                       "--output", str(out), data_dir=data_dir)
+    result = json.loads(out.read_text())
+    assert result["complete"]
+    check_train_table(stdout, result, ["simcse"])
+    simcse = result["results"][0]
+    assert simcse["padding"] == "fixed" and simcse["fixed_length"] == 32
+    assert set(simcse["main"]["parts"]) == {"data", "step"} and all(v > 0 for v in simcse["main"]["parts"].values())
+    params = paper_speed.nonembedding_params(paper_speed.shape_encoder("tiny"))
+    assert simcse["main"]["flops"] == 6 * params * 2 * 2 * 32
+    assert "padding: SimCSE fixed (32 tokens)" in stdout and "timed: the loop's step" in stdout
+    assert re.search(r"^  SimCSE: data [\d.]+ ms, step [\d.]+ ms;", stdout, re.M), stdout
+    assert simcse["syncs"] is None and "host synchronisations per step: n/a on cpu" in stdout
+
+
+@pytest.mark.slow  # compiling the tiny encoder: about a minute on the 2 shared cores
+def test_paper_speed_compiles_in_a_mode_through_the_loops_compile(data_dir, tmp_path):
+    out = tmp_path / "speed.json"
+    stdout = run_bench("train_speed.py", "--shape", "tiny", "--device", "cpu", "--methods", "simcse", "--steps", "2",
+                       "--warmup", "1", "--batch-size", "2", "--dev-pairs", "8", "--pad", "fixed", "--compile",
+                       "reduce-overhead", "--output", str(out), data_dir=data_dir)
+    compiled = json.loads(out.read_text())["results"][0]["compile"]
+    assert compiled["mode"] == "reduce-overhead" and compiled["captured"] is False  # CUDA graphs: on CUDA only
+    assert compiled["step_s"] > 0 and set(compiled["parts"]) == {"data", "step"}
+    assert re.search(r"compile SimCSE \(compile=reduce-overhead, not captured, pad fixed \(32 tokens\)\): [\d.]+ "
+                     r"ms/step compiled vs [\d.]+ eager", stdout), stdout
+
+
+def _log(run: Path, records: list[dict]) -> Path:
+    run.mkdir()
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+def test_gpu_check_compares_two_runs_dev_curves(tmp_path, capsys):
+    import gpu_check
+
+    dev = {"stsb_spearman": 40.1, "seconds": 1.5}
+    later = {**dev, "stsb_spearman": 41.0}
+    records = [{"step": 5, "lr": 1e-5, "loss": 2.5}, {"step": 5, "dev": dev}, {"step": 10, "dev": later}]
+    a = _log(tmp_path / "a", records)
+    b = _log(tmp_path / "b", [*records[:1], {"step": 5, "dev": {**dev, "seconds": 9.0}}, records[2]])  # wall time
+    assert gpu_check.main(["same", str(a), str(b)]) == 0
+    assert capsys.readouterr().out.startswith("deterministic runs: dev curves same (2 evaluations), logged losses "
+                                              "same (1 logs); last stsb_spearman 41.0 vs 41.0 at step 10")
+    c = _log(tmp_path / "c", [*records[:2], {"step": 10, "dev": {**dev, "stsb_spearman": 41.000001}}])
+    assert gpu_check.main(["same", str(a), str(c)]) == 1
+    assert "dev curves differ" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # every part of the node check on a tiny BERT: about 4 minutes on the 2 shared cores
+def test_gpu_check_runs_every_part_on_a_cpu(data_dir, tmp_path):
+    """bench/gpu_check.sh --device cpu: every part runs and its summary line says what it found."""
+    out = tmp_path / "check"
+    done = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), "--device", "cpu", "--out", str(out), "--data-dir",
+                           str(data_dir)], cwd=REPO, env={**os.environ, "PYTHON": sys.executable},
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert summary in done.stdout and "FAILED" not in summary and "timed out" not in summary, summary
+    assert re.search(r"^node: cpu; torch \S+; CPU .+, \d+ cores$", summary, re.M), summary
+    for name in ("SimCSE", "DiffCSE", "SCD", "ESimCSE", "DiffAug", "PromptBERT", "ConSERT"):
+        captured = r"captured +[\d.]+ ms \([\d.]+x its eager" if name == "SimCSE" else r"captured: not measured"
+        assert re.search(rf"^  {name} +batch +4 .* pad fixed +eager +[\d.]+ ms.* \| {captured}", summary, re.M), name
+    assert "host synchronisations per step: n/a on cpu" in summary
+    assert re.search(r"^sentence-transformers MNRL: SimCSE [\d.]+ ms/step vs MNRL [\d.]+ ms/step \(\w+, batch 8\): "
+                     r"[\d.]+x as fast$", summary, re.M), summary
+    assert re.search(r'^kill -9 and resume: killed after the checkpoint of step (\d+), "resuming at step \1", '
+                     r"finished at step 20: ok$", summary, re.M), summary
+    assert re.search(r"^deterministic runs: dev curves same \(2 evaluations\)", summary, re.M), summary
+    assert re.search(r"^gradient caching \(chunks of 4, .*\): simcse batch 16: [\d.]+x time, [\d.]+x batch 4's "
+                     r"memory$", summary, re.M), summary
+    for kept in ("steps-eager.json", "steps-captured.json", "st-mnrl.json", "grad-cache.json", "resume.txt"):
+        assert (out / kept).is_file(), kept

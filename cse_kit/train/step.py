@@ -20,6 +20,7 @@ from ..methods.objective import Objective
 from .config import CAPTURED
 from .optim import stage_gradients
 
+
 def resolve_padding(setting: str, cuda: bool | None = None) -> str:
     """How a run pads its batches: `auto` is fixed on a GPU (one shape: the compiled, captured step) and longest on a
     CPU (no launch overhead to save there, and every padded position costs its full share)."""
@@ -36,14 +37,15 @@ def pad_alike(objective, batches) -> None:
             module.padding = (batches.padding, batches.fixed_length)
 
 
-def compile_modules(objective, mode: bool | str, fullgraph: bool = False) -> None:
+def compile_modules(objective, mode: bool | str) -> None:
     """The objective's compiled_modules() compiled in place with torch.compile (mode: true for its default mode, or
-    a mode's name). fullgraph: a graph break is an error (the tests ask for it; a researcher's module may break)."""
+    a mode's name). A graph break is allowed (a researcher's module may break; the kit's trace whole:
+    tests/test_step.py)."""
     if mode is False:
         return
     kwargs = {} if mode is True else {"mode": mode}
     for module in objective.compiled_modules():
-        module.compile(fullgraph=fullgraph, **kwargs)
+        module.compile(**kwargs)
 
 
 def eager():
