@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ class Need:
     starts: bool = True
     unknown: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    runs: list = field(default_factory=list)  # (label, subject) of runs known otherwise than by a row: held trials
 
 
 @dataclass
@@ -206,10 +206,12 @@ def _equal_budget(c: Context, eb) -> list[Need]:
     trials = p["trials"] or eb.TRIALS[c.profile]
     studies = {m: eb.study_of(m, c.profile, p["space"].get(m) or eb.default_space(m, c.profile), trials, seeds[0],
                               s.store) for m in methods}
-    unknown, chosen_rows, notes = [], [], []
+    unknown, chosen_rows, notes, trial_runs = [], [], [], []
     for method, study in studies.items():
         held = _study_trials(study)
         complete = [t for t in held if t["state"] == "complete"]
+        trial_runs += [(f"{cmp.label(method, eb.RECIPE)}: trial {t['number']}", study.config(t["params"]))
+                       for t in complete[:trials]]
         recipe = study.config({})
         if len(complete) < trials:
             unknown.append((f"{cmp.label(method, eb.RECIPE)}: trial", recipe, trials - len(complete)))
@@ -222,7 +224,8 @@ def _equal_budget(c: Context, eb) -> list[Need]:
         notes.append("the studies' trials and chosen configurations are counted at their recipe's steps (their "
                      "settings are drawn as the study runs; a pruned trial stops early)")
     evals = cmp.evaluations(cmp.transfer_evaluation(c.profile))
-    return [Need([], (), seeds=seeds, unknown=[u for u in unknown if u[0].endswith("trial")], notes=notes),
+    return [Need([], (), seeds=seeds, unknown=[u for u in unknown if u[0].endswith("trial")], notes=notes,
+                 runs=trial_runs),
             Need(cmp.rows(c.profile, methods, [eb.PAPER_RECIPE]) + chosen_rows, evals, seeds=seeds,
                  unknown=[u for u in unknown if not u[0].endswith("trial")])]
 
@@ -396,6 +399,7 @@ class Run:
     trained: bool = False  # its training is in the store
     held: set = field(default_factory=set)  # the evaluations the store holds
     known: bool = True  # False: a study's run, keyed only when it runs
+    free: set = field(default_factory=set)  # evaluations computed with another from the same encodings
     stage1: int = 0
     main: int = 0
     seconds: float = 0.0  # training, dev evaluations and checkpoints
@@ -459,6 +463,12 @@ def plan(profile: str, names: list[str], results_dir=None, data_dir=None, worker
                     for e in need.evals:
                         run.evals.setdefault(evaluation_name(e), (name, call))
                     keys.add(key)
+            for label, subject in need.runs:
+                key = store.key(parallel.for_workers(subject, cluster))
+                run = runs.setdefault(key, Run(key, subject, label, subject.seed, name, call))
+                for e in need.evals:
+                    run.evals.setdefault(evaluation_name(e), (name, call))
+                keys.add(key)
             for label, subject, count in need.unknown:
                 for i in range(count):
                     key = f"{name}:{call}:{label}:{i}"
@@ -472,9 +482,36 @@ def plan(profile: str, names: list[str], results_dir=None, data_dir=None, worker
             record = store.read(run.key) if store.has_key(run.key, ()) else None
             run.trained = record is not None
             run.held = set(record["metrics"]) if record else set()
+    _with_shared_encodings(runs, names, profile)
+    for run in runs.values():
         if isinstance(run.subject, TrainConfig) and not run.trained:
             run.stage1, run.main, run.estimated = run_steps(run.subject, store.data_dir)
     return Plan(profile, names, seeds, runs, asked, unavailable, notes, str(store.root), workers, cluster)
+
+
+def _with_shared_encodings(runs: dict, names: list[str], profile: str) -> None:
+    """Where the store computes an evaluation's companions with it from the same encodings (results.evaluations'
+    with_shared_encodings: the STS test's per-pair cosines, where the profile evaluates the STS test sets whole),
+    the companion comes with it, when the evaluation is asked first (or with it): at no cost of its own."""
+    from ..results.evaluations import SHARED_ENCODINGS
+    from ..results.identity import evaluation_sample
+
+    if evaluation_sample(profile, "sts_sample") is not None:
+        return
+    place = {name: i for i, name in enumerate(names)}
+
+    def order(at):
+        return place[at[0]], at[1]
+
+    for run in runs.values():
+        for name, companions in SHARED_ENCODINGS.items():
+            if name not in run.evals or name in run.held:
+                continue
+            for companion in companions:
+                if companion not in run.held and (companion not in run.evals
+                                                  or order(run.evals[name]) <= order(run.evals[companion])):
+                    run.evals[companion] = run.evals[name]
+                    run.free.add(companion)
 
 
 def price(p: Plan, figures) -> None:
@@ -528,7 +565,7 @@ def bill(p: Plan, figures) -> dict:
                 run = p.runs[key]
                 seconds = run.seconds if run.notebook == name and run.call == call and not run.trained else 0.0
                 for e in run.pending_evals():
-                    if run.evals[e] == (name, call):
+                    if run.evals[e] == (name, call) and e not in run.free:
                         evaluations[e] = evaluations.get(e, 0) + 1
                         timed = figures.evaluation_seconds(e)
                         if timed is None:
@@ -556,6 +593,10 @@ def bill(p: Plan, figures) -> dict:
         for e, n in line["evaluations"].items():
             total["evaluations"][e] = total["evaluations"].get(e, 0) + n
     total["distinct_runs"] = sum(1 for r in p.runs.values() if isinstance(r.subject, TrainConfig))
+    total["with_shared_encodings"] = {}
+    for run in p.runs.values():
+        for e in run.free & set(run.pending_evals()):
+            total["with_shared_encodings"][e] = total["with_shared_encodings"].get(e, 0) + 1
     total["all_at_once_wall_hours"] = longest_first(all_tasks, workers) / 3600
     runs = [{"key": r.key if r.known else None, "notebook": r.notebook, "row": r.label, "seed": r.seed,
              "preset": getattr(r.subject, "preset", None), "method": getattr(r.subject, "method", None),
@@ -615,6 +656,10 @@ def text(b: dict, command: str) -> str:
                    + (f"; not timed on {st['device']} and not in the hours: "
                       + ", ".join(f"{n} {e}" for e, n in sorted(untimed.items()))
                       + f" (`{measure_hint(b['profile'])}` on the device times them)" if untimed else "") + ".")
+    if t["with_shared_encodings"]:
+        out.append("Computed with the STS test from the same encodings, at no cost of their own (the store's "
+                   "with_shared_encodings): " + ", ".join(f"{n} {e}" for e, n in
+                                                           sorted(t["with_shared_encodings"].items())) + ".")
     total = t["train_hours"] + t["evaluation_hours"]
     out.append(f"In all: {_hours(total)} {unit} ({_duration(total)}); the notebooks' own work (kernels, tables, "
                "figures) comes on top.")
