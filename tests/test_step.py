@@ -134,6 +134,11 @@ def test_a_compiled_step_at_fixed_shapes_has_no_graph_break_and_no_recompilation
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
 
 
+def _where(filename: str) -> str:
+    """A file as the package path it is (cse_kit/..., or what follows site-packages/), wherever the checkout is."""
+    return filename[filename.rfind("cse_kit/"):] if "cse_kit/" in filename else filename.split("site-packages/")[-1]
+
+
 def _count_host_reads(monkeypatch, where: str, outside: str | None = None) -> collections.Counter:
     """Calls of HOST_READS made from files under `where` ("cse_kit/": the loop and the methods; "": anyone, the
     model's code too), but `outside`, while counting is on (counted["on"])."""
@@ -147,7 +152,7 @@ def _count_host_reads(monkeypatch, where: str, outside: str | None = None) -> co
             if on["on"]:
                 frame = traceback.extract_stack(limit=2)[0]
                 if where in frame.filename and not (outside and outside in frame.filename):
-                    calls[f"{frame.filename.split('site-packages/')[-1].split('main/')[-1]}:{frame.name} {name}"] += 1
+                    calls[f"{_where(frame.filename)}:{frame.name} {name}"] += 1
             return read(self, *args, **kwargs)
         return counted
 

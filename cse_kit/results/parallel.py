@@ -44,7 +44,6 @@ from ..environment import threads_per_worker
 from ..methods.registry import check_sendable
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
-from ..train.step import resolve_padding
 from ..train.preemption import Preemption
 from ..train.presets import sizing
 from . import Pretrained, ResultStore
@@ -227,12 +226,11 @@ def for_workers(subject: TrainConfig | Pretrained, cluster: str):
     """subject as its worker jobs are sent it. A SLURM job trains on another node than the submitter, which may
     resolve mixed_precision otherwise (a CPU login node, GPU or AMX workers), so a trained run's setting is sent
     resolved for the job's device (auto: bf16 on a GPU, on a CPU what the submitter's CPU resolves it to; fp16:
-    fp32 on a CPU), and pad_to alike (auto: fixed on a GPU, longest on a CPU): the worker then trains in the precision the submitter's key says (ResultStore.cuda)."""
+    fp32 on a CPU): the worker then trains in the precision the submitter's key says (ResultStore.cuda)."""
     if cluster != "slurm" or not isinstance(subject, TrainConfig):
         return subject
-    gpus = jobs_get_gpus(subject.profile, cluster)
-    return subject.replace(mixed_precision=resolve_precision(subject.mixed_precision, gpus),
-                           pad_to=resolve_padding(subject.pad_to, gpus))
+    return subject.replace(mixed_precision=resolve_precision(subject.mixed_precision,
+                                                             jobs_get_gpus(subject.profile, cluster)))
 
 
 def job_resources(tasks: list[Task]) -> dict:
