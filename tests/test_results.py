@@ -443,8 +443,13 @@ def test_a_run_is_evaluated_with_the_pooler_its_model_is_read_with_and_an_older_
     assert record["pooler"] == tested_with != cfg.pooler
     tokenizer, model = load_model(str(store.run_dir(record["key"]) / "model"))  # as `cse-kit eval` loads it
     pairs = load_sts("STSBenchmark", "dev", data_dir)
-    expected = correlations(*pair_scores(Encoder(model, tokenizer, tested_with, progress=False), pairs))["spearman"]
-    assert record["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(expected, abs=1e-9)
+    def spearman(pooler):
+        return correlations(*pair_scores(Encoder(model, tokenizer, pooler, progress=False), pairs))["spearman"]
+
+    # to 1e-3: where the CPU's fp32 kernels depend on a batch's shape (Intel AMX), the store's and this encoding's
+    # batches round differently and the ranks of near-ties flip (2.5e-4 seen); the training pooler is 10x further
+    expected, got = spearman(tested_with), record["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"]
+    assert got == pytest.approx(expected, abs=1e-3) and abs(got - spearman(cfg.pooler)) > 1e-2
 
     path = store.record_path(record["key"])
     old = {**json.loads(path.read_text()), "pooler": cfg.pooler}  # as the store wrote it before
@@ -454,5 +459,5 @@ def test_a_run_is_evaluated_with_the_pooler_its_model_is_read_with_and_an_older_
     with pytest.warns(UserWarning, match=f"evaluated with pooler {cfg.pooler}, its model is read with {tested_with}"):
         again = store.get(cfg, ("sts_dev",))
     assert again["pooler"] == tested_with and trained == [record["key"]]  # trained once
-    assert again["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(expected, abs=1e-9)
+    assert again["metrics"]["sts_dev"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(expected, abs=1e-3)
     assert counted == ["sts_dev", "sts_dev"]
