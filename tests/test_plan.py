@@ -79,6 +79,21 @@ def test_the_paper_plan_of_the_whole_report_has_its_totals_and_its_text(tmp_path
     assert "transfer_test" in words and "not timed on NVIDIA H200" in words
 
 
+def test_a_method_of_ones_own_is_charged_at_simcses_step_and_said_to_be_an_estimate(tmp_path):
+    from cse_kit.methods import registry
+
+    registry.import_plugin(str(NOTEBOOK_DIR.parent / "examples" / "margin_simcse.py"))  # as $CSE_KIT_PLUGINS does
+    results = tmp_path / "results"
+    figures = figures_for("paper", results)
+    b = bill(plan("paper", ["equal_budget"], results), figures)
+    own = build_config("simcse-bert", "paper", {"method": "margin-simcse"})
+    simcse = build_config("simcse-bert", "paper")
+    (own_seconds, why), (simcse_seconds, _) = figures.step_seconds(own, 2), figures.step_seconds(simcse, 2)
+    assert own_seconds == simcse_seconds
+    assert "margin-simcse, a method of your own, charged at SimCSE's step (not timed on NVIDIA H200" in why
+    assert any("margin-simcse" in w for w in b["notebooks"][0]["estimated"])
+
+
 def test_the_plan_trains_evaluates_and_executes_nothing(tmp_path, monkeypatch, capsys):
     import papermill
 
