@@ -757,6 +757,10 @@ def add_tune(sub) -> None:
     p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
                    help="how often a running trial says it is alive (default 30); one silent for 4 times as long is "
                         "taken for a killed worker's and run again")
+    p.add_argument("--storage-patience", type=float, default=60, metavar="SECONDS",
+                   help="how long a trial's bookkeeping waits for a storage that stopped answering (a dropped "
+                        "connection, a restarting server), trying again, before the command stops in one line saying "
+                        "what was kept (default 60)")
     p.add_argument("--test-seeds", metavar="S[,S]", help="after the study, train the chosen configuration with these "
                                                          "seeds (by the study's workers) and test it (STS test); the "
                                                          "study itself reads no test set")
@@ -776,7 +780,7 @@ def cmd_tune(args) -> int:
     seeds = _test_seeds(args.test_seeds)
     study = Study(args.preset, chosen_profile(args.profile), parse_space(args.space), args.trials, args.set or [],
                   args.seed, args.results_dir, args.data_dir, args.storage, args.study,
-                  (args.heartbeat, 4 * args.heartbeat), args.prune)
+                  (args.heartbeat, 4 * args.heartbeat), args.prune, args.storage_patience)
     check(study)  # before the dashboard listens: bad input is one line
     if args.fail_running:
         print(f"{fail_running(study)} running trials marked failed, to run again")

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import kill_9_before_checkpoint
+
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import TrainingStopped
 from cse_kit.train.preemption import stop_after_this_step
@@ -204,6 +206,32 @@ def test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_
     assert timeless(curves) == timeless({tag: sorted(points) for tag, points in expected.items()})
     assert mlflow_run.data.params["preset"] == "simcse-bert" and mlflow_run.data.params["seed"] == "42"
     assert mlflow_run.info.run_name == name
+
+
+def test_a_run_trained_again_after_a_kill_before_its_first_checkpoint_starts_its_curves_afresh(
+        data_dir, tmp_path, offline_trackers):
+    """kill -9 as the first checkpoint is about to be put in place (steps 1 and 2 logged, nothing to resume), then
+    the run trained again from step 0: one TensorBoard event file, each step once; MLflow a run of its own that holds
+    every step (the killed session's are not taken as sent). A resumed run keeps its earlier sessions' event
+    files: test_wandb_offline_and_mlflow_read_back_equal_to_the_log_and_a_resume_sends_no_step_twice."""
+    run = tmp_path / "runs" / "run"
+    settings = {"max_steps": 4, "log_steps": 1, "save_steps": 2, "eval_steps": 4, "output_dir": str(run),
+                "data_dir": str(data_dir), "log_with": "tensorboard,mlflow"}
+    kill_9_before_checkpoint(["train", "--preset", "simcse-bert", "--profile", "smoke", "--no-progress",
+                              *[a for k, v in settings.items() for a in ("--set", f"{k}={v}")]], 2)
+    assert not (run / "checkpoint").exists()
+    killed = json.loads((run / STATE_FILE).read_text())
+    assert [step for step, _ in _tensorboard(run)[0]["train/loss"]] == [1, 2]  # what the killed session left
+    train(build_config("simcse-bert", "smoke", settings), progress=False, announce=lambda line: None)
+
+    assert len(list(run.glob("*/events.out.tfevents.*"))) == 1
+    expected = _expected(run)
+    assert [step for step, _ in expected["train/loss"]] == [1, 2, 3, 4]
+    assert _as_float32(expected) == _tensorboard(run)[0]
+    curves, mlflow_run = _mlflow(run)
+    assert mlflow_run.info.run_id != killed["mlflow_run"]
+    assert {tag: [step for step, _ in points] for tag, points in curves.items()} == \
+        {tag: [step for step, _ in points] for tag, points in expected.items()}
 
 
 #: where test_tensorboard_shows_a_sweep_in_a_browser also saves its screenshot (docs/ takes it: see docs/training.md)

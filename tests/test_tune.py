@@ -240,9 +240,9 @@ def _tune_argv(tmp_path, data_dir, trials: int, *more: str) -> list[str]:
 
 
 def _trials_in(storage: str) -> list:
-    from cse_kit.experiments.tuning import _with_driver
+    from cse_kit.experiments.study_storage import with_driver
 
-    url = _with_driver(storage)
+    url = with_driver(storage)
     [name] = optuna.get_all_study_names(url)
     return optuna.load_study(study_name=name, storage=url).trials
 

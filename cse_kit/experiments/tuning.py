@@ -39,6 +39,11 @@ from ..train.presets import build_config
 DEFAULT_STORAGE = "studies.sqlite3"
 #: seconds between a running trial's heartbeats, and after which a silent one is taken for dead
 HEARTBEAT = (30, 120)
+#: seconds a study's bookkeeping waits for its storage to answer again (a dropped connection, a restarting server)
+#: before the command stops in one line (--storage-patience)
+PATIENCE = 60.0
+#: seconds between looks at the trials a worker waits for (running in another worker, alive)
+WAIT_POLL = 2.0
 #: what `metric` may not be: a test set (a study selects on dev data only)
 TEST_WORDS = ("test",)
 
@@ -178,6 +183,7 @@ class Study:
     name: str | None = None  # None: named by what it searches
     heartbeat: tuple = HEARTBEAT
     prune: str | None = None  # Optuna's pruner (pruner()); None: every trial's run trains to its end
+    patience: float = PATIENCE  # seconds the study's bookkeeping waits for a storage that stopped answering
 
     def __post_init__(self):
         self.space = [d if isinstance(d, Dimension) else Dimension(**{**d, "choices": tuple(d.get("choices", ()))})
@@ -206,13 +212,20 @@ class Study:
 
     def storage_url(self) -> str:
         if self.storage:
-            return _with_driver(self.storage)
+            from .study_storage import with_driver
+
+            return with_driver(self.storage)
         root = self.root()
         root.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(root / DEFAULT_STORAGE).resolve()}"
 
     def lock_path(self) -> Path:
         return self.root() / "locks" / f"study-{self.name}.lock"
+
+    def trial_lock_path(self, number: int) -> Path:
+        """The lock a worker holds from asking for trial `number` to telling its outcome: an OS lock the kernel
+        releases when the worker dies, so a free one on a running trial means its worker is gone."""
+        return self.root() / "locks" / f"trial-{self.name}-{number}.lock"
 
 
 def check(study: Study) -> None:
@@ -233,36 +246,29 @@ def check(study: Study) -> None:
 
 def open_storage(study: Study):
     """Optuna's storage of the study: RDB (SQLite, PostgreSQL...) with a heartbeat that re-runs a dead worker's trial,
-    or a journal file; one line naming the URL where it does not answer."""
-    import optuna
+    patient with a storage that stops answering (study_storage), or a journal file; one line naming the URL where it
+    does not answer, and one saying so where a SQLite study file is damaged."""
+    from . import study_storage
 
     _quiet_optuna()
     url = study.storage_url()
     try:
         if url.startswith("journal:"):
+            import optuna
             from optuna.storages.journal import JournalFileBackend
 
             return optuna.storages.JournalStorage(JournalFileBackend(url.partition(":")[2]))
-        interval, grace = study.heartbeat
-        return optuna.storages.RDBStorage(
-            url, heartbeat_interval=interval, grace_period=grace,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3))
+        # workers sharing the results store create a new storage one at a time (SQLite's and PostgreSQL's table
+        # creation race otherwise); a worker elsewhere is tried again
+        return study_storage.open_rdb(url, study.heartbeat, study.patience,
+                                      study.root() / "locks" / "study-storage.lock")
+    except study_storage.DamagedStudyFile:
+        raise
     except Exception as error:  # sqlalchemy's and the driver's errors: a storage that cannot be reached or read
         words = str(error).splitlines()[0][:300]
-        raise TuneError(f"the study's storage {_safe(url)} does not answer ({type(error).__name__}: {words}); check "
-                        "the URL, that the database runs and that its driver is installed (PostgreSQL: pip install "
-                        "'psycopg[binary]')") from None
-
-
-def _with_driver(url: str) -> str:
-    """A PostgreSQL URL without a driver named gets psycopg 3, the driver the kit's `tune` extra installs
-    (SQLAlchemy's default for postgresql:// is psycopg2)."""
-    return re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)
-
-
-def _safe(url: str) -> str:
-    """A storage URL without its password."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+        raise TuneError(f"the study's storage {study_storage.safe(url)} does not answer ({type(error).__name__}: "
+                        f"{words}); check the URL, that the database runs and that its driver is installed "
+                        "(PostgreSQL: pip install 'psycopg[binary]')") from None
 
 
 def _quiet_optuna() -> None:
@@ -291,41 +297,115 @@ def sampler(seed: int, place: int):
     return optuna.samplers.TPESampler(seed=seed * 1_000_003 + place)
 
 
-def next_trial(study: Study, optuna_study):
-    """A trial to run, or None when the study holds its total: asked under the study's lock, after the trials of dead
-    workers are failed (and their parameters enqueued again), so two workers never overshoot the total."""
+def next_trial(study: Study, optuna_study, say=None):
+    """(a trial to run, its trial lock held), or None when the study holds its total: asked under the study's lock,
+    after the trials of dead workers are failed and their parameters enqueued again (orphaned: their trial lock is
+    free; or silent past the heartbeat's grace), so two workers never overshoot the total."""
     import optuna
     from filelock import FileLock
 
     from optuna.trial import TrialState
+
+    from ..io import holder_lock
 
     path = study.lock_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path)):
         optuna.storages.fail_stale_trials(optuna_study)  # a storage without heartbeats (the journal) has none
         trials = optuna_study.get_trials(deepcopy=False)  # read once: nothing else asks while the lock is held
+        if run_orphans_again(study, optuna_study, trials, say or _say):
+            trials = optuna_study.get_trials(deepcopy=False)
         waiting = any(t.state == TrialState.WAITING for t in trials)
         # the trials that count toward the total (a failed trial is replaced)
         counted = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
                       for t in trials)
         if not waiting and counted >= study.trials:
             return None
-        # the sampler seeded by the trial's place in the study: workers (each with its own sampler) never draw the
-        # same parameters, and a study's n-th trial is drawn the same way whichever worker asks for it
-        optuna_study.sampler = sampler(study.seed, len(trials))
-        return optuna_study.ask()
+        # the sampler seeded by the place of the configuration it draws: workers (each with its own sampler) never
+        # draw the same parameters, and the k-th configuration is drawn the same way whichever worker asks and
+        # whatever interrupted the study (a trial run again is no new draw)
+        optuna_study.sampler = sampler(study.seed, drawn(trials))
+        trial = optuna_study.ask()
+        lock = holder_lock(str(study.trial_lock_path(trial.number)))
+        lock.acquire(timeout=0)  # a new number: nobody else holds it
+        return trial, lock
+
+
+def drawn(trials: list) -> int:
+    """How many configurations the sampler drew for the study so far: its trials, less those run again with a dead
+    worker's parameters (Optuna's retry callbacks mark them `failed_trial`)."""
+    return sum("failed_trial" not in t.system_attrs for t in trials)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_orphans_again(study: Study, optuna_study, trials: list, say) -> int:
+    """Fail each running trial whose worker is gone (its trial lock is free: the kernel released it when the worker
+    died, on this host or another sharing the store) and enqueue its parameters again, whatever the heartbeat: the
+    trial's run is reused from the store, or resumed from its checkpoint. How many. A running trial without a trial
+    lock in this store (a worker that does not share it) is the heartbeat's to judge."""
+    from filelock import FileLock, Timeout
+    from optuna.storages import RetryFailedTrialCallback
+    from optuna.trial import TrialState
+
+    from ..io import describe_holder, lock_holder
+    from .study_storage import RETRIES
+
+    again = 0
+    for trial in trials:
+        path = study.trial_lock_path(trial.number)
+        if trial.state != TrialState.RUNNING or not path.is_file():
+            continue
+        probe = FileLock(str(path))  # not a holder lock: the file keeps saying who held it
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            continue  # its worker is alive
+        try:
+            current = [t for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                       if t.number == trial.number]
+            if not current:  # told between the read and the lock
+                continue
+            optuna_study.tell(trial.number, state=TrialState.FAIL)
+            RetryFailedTrialCallback(max_retry=RETRIES)(optuna_study, current[0])
+            say(f"trial {trial.number} was left running by {describe_holder(lock_holder(path))}, which is gone: it "
+                "is run again (its run reused from the store, or resumed from its checkpoint)")
+            again += 1
+        finally:
+            probe.release()
+    return again
+
+
+def still_running(study: Study, optuna_study) -> tuple[list[str], list[str]]:
+    """The study's running trials after the orphans are failed, as `trial N (pid P on host H since ...)`: (those whose
+    worker holds their trial lock, alive; those without a trial lock in this store, for the heartbeat to judge)."""
+    from optuna.trial import TrialState
+
+    from ..io import describe_holder, lock_holder
+
+    alive, unjudged = [], []
+    for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        path = study.trial_lock_path(t.number)
+        (alive if path.is_file() else unjudged).append(f"trial {t.number} ({describe_holder(lock_holder(path))})")
+    return alive, unjudged
 
 
 def fail_running(study: Study) -> int:
     """Mark the study's running trials failed and enqueue their parameters again; how many. For a killed worker's
-    trial where the storage has no heartbeat (the journal file): only while none of the study's workers runs."""
+    trial where the storage has no heartbeat (the journal file) and no trial lock says it is gone: only while none
+    of the study's workers runs."""
+    from optuna.storages import RetryFailedTrialCallback
     from optuna.trial import TrialState
+
+    from .study_storage import RETRIES
 
     optuna_study = load(study)
     running = optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for trial in running:
         optuna_study.tell(trial.number, state=TrialState.FAIL)
-        optuna_study.enqueue_trial(trial.params)
+        RetryFailedTrialCallback(max_retry=RETRIES)(optuna_study, trial)
     return len(running)
 
 
@@ -339,17 +419,38 @@ def run_trial(study: Study, trial, store: ResultStore) -> float:
 
     params = {dim.name: dim.suggest(trial) for dim in study.space}
     cfg = study.config(params)
-    trial.set_user_attr("key", store.key(cfg))
-    start = time.perf_counter()
-    try:
-        record = store.get(cfg, (), on_dev=_reporter(trial) if study.prune else None)
-    except TrainingPruned as pruned:
+    key = store.key(cfg)
+    with _saying_what_is_kept(store, key, trial.number):
+        trial.set_user_attr("key", key)
+        start = time.perf_counter()
+        try:
+            record = store.get(cfg, (), on_dev=_reporter(trial) if study.prune else None)
+        except TrainingPruned as pruned:
+            trial.set_user_attr("seconds", time.perf_counter() - start)
+            raise optuna.TrialPruned(str(pruned)) from None
         trial.set_user_attr("seconds", time.perf_counter() - start)
-        raise optuna.TrialPruned(str(pruned)) from None
-    trial.set_user_attr("seconds", time.perf_counter() - start)
-    trial.set_user_attr("steps", record["train"]["steps"])
-    trial.set_user_attr("train_seconds", record.get("timings", {}).get("train_train_s"))
-    return float(record["train"]["best"])
+        trial.set_user_attr("steps", record["train"]["steps"])
+        trial.set_user_attr("train_seconds", record.get("timings", {}).get("train_train_s"))
+        return float(record["train"]["best"])
+
+
+@contextlib.contextmanager
+def _saying_what_is_kept(store: ResultStore, key: str | None, number: int):
+    """A storage that stays away, said with what became of trial `number`'s run and how to go on."""
+    from .study_storage import StorageAway
+
+    try:
+        yield
+    except StorageAway as away:
+        if key is not None and store.record_path(key).is_file():
+            kept = (f"trial {number}'s run is stored ({store.run_dir(key)}): run the same command again when the "
+                    "storage answers, and the trial takes its run from the store, nothing retrained")
+        elif key is not None and (store.run_dir(key) / "checkpoints").is_dir():
+            kept = (f"trial {number}'s run keeps its last checkpoint ({store.run_dir(key)}): run the same command "
+                    "again when the storage answers, and it resumes from there")
+        else:
+            kept = (f"trial {number} had trained nothing yet: run the same command again when the storage answers")
+        raise StorageAway(f"{away}; {kept}") from None
 
 
 def _reporter(trial):
@@ -361,30 +462,56 @@ def _reporter(trial):
     return on_dev
 
 
-def work(study: Study) -> int:
-    """One worker: trials until the study holds its total; the number it ran."""
+def work(study: Study, say=_say) -> int:
+    """One worker: trials until the study holds its total and no live worker runs one of them (it waits for those,
+    so a study it ends is finished); the number it ran."""
+    optuna_study, store, ran, waited = load(study), study.store(), 0, None
+    while True:
+        asked = next_trial(study, optuna_study, say)
+        if asked is not None:
+            trial, lock = asked
+            try:
+                ran += run_and_tell(study, optuna_study, trial, store, say)
+            finally:
+                lock.release()
+            continue
+        alive, unjudged = still_running(study, optuna_study)
+        if not alive:
+            if unjudged:
+                say(f"{', '.join(unjudged)} still running without a worker this results store knows: the heartbeat "
+                    f"runs it again after {study.heartbeat[1]} s without a beat (run the same command again then), "
+                    "or --fail-running where the storage has no heartbeat (journal:) and none of its workers runs")
+            return ran
+        if alive != waited:
+            say(f"waiting for {', '.join(alive)}: the study's total is held until it ends")
+            waited = alive
+        time.sleep(WAIT_POLL)
+
+
+def run_and_tell(study: Study, optuna_study, trial, store: ResultStore, say) -> int:
+    """Run one trial and tell the study its outcome; 1 where it counts toward the total (complete or pruned)."""
     import optuna
+    from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around each trial
     from optuna.trial import TrialState
 
-    from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around each trial
+    from .study_storage import DamagedStudyFile, StorageAway
 
-    optuna_study, store, ran = load(study), study.store(), 0
-    while (trial := next_trial(study, optuna_study)) is not None:
-        try:
-            with get_heartbeat_thread(trial._trial_id, optuna_study._storage):
-                value = run_trial(study, trial, store)
-        except optuna.TrialPruned:  # counted in the total with the last dev score it reported
-            optuna_study.tell(trial, state=TrialState.PRUNED)
-            ran += 1
-            continue
-        except Exception as error:  # a run that fails is a failed trial, replaced by another; the study goes on
-            optuna_study.tell(trial, state=TrialState.FAIL)
-            trial_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            print(f"trial {trial.number} failed: {trial_error}", file=sys.stderr)
-            continue
+    try:
+        with get_heartbeat_thread(trial._trial_id, optuna_study._storage):
+            value = run_trial(study, trial, store)
+    except optuna.TrialPruned:  # counted in the total with the last dev score it reported
+        optuna_study.tell(trial, state=TrialState.PRUNED)
+        return 1
+    except (StorageAway, DamagedStudyFile):  # the storage's fault, not the trial's: nothing to tell it
+        raise
+    except Exception as error:  # a run that fails is a failed trial, replaced by another; the study goes on
+        optuna_study.tell(trial, state=TrialState.FAIL)
+        trial_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        say(f"trial {trial.number} failed: {trial_error}")
+        return 0
+    with _saying_what_is_kept(store, trial.user_attrs.get("key"), trial.number):
         optuna_study.tell(trial, value)
-        ran += 1
-    return ran
+    return 1
 
 
 def run(study: Study, workers: int = 1, cluster: str = "local", say=print) -> list[dict]:
@@ -550,4 +677,8 @@ if __name__ == "__main__":  # a worker process of run()
     spec = json.loads(sys.argv[1])
     spec["heartbeat"] = tuple(spec["heartbeat"])
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    sys.exit(0 if work(Study(**spec)) >= 0 else 1)
+    try:
+        work(Study(**spec))
+    except ValueError as error:  # the storage away or damaged (what was kept), a study refused: one line
+        _say(f"cse-kit tune worker: {error}")
+        sys.exit(2)

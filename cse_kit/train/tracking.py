@@ -144,18 +144,23 @@ class RunTrackers:
 
     def start(self, cfg, run: Path, resumed_at: int | None, main_process: bool) -> None:
         """Open the trackers for `cfg`'s run in folder `run`; resumed_at: the checkpoint's step a resumed run goes
-        on from (TensorBoard hides what an earlier session logged after it)."""
+        on from (TensorBoard hides what an earlier session logged after it). A run trained from scratch (None: a
+        session killed before its first checkpoint leaves nothing to resume) starts its curves afresh, as its
+        log.jsonl: a new state (nothing taken as sent already), so W&B and MLflow open new runs (the killed
+        session's stay there as it left them), and TensorBoard's event files of that session are removed."""
         if not main_process or not self.names:
             return
         self.run = run
         self.state = _read_state(run) if resumed_at is not None else {}
         name = self.state.get("name") or run_name(cfg)
         self.state["name"] = name
-        self.open(run, name, hyperparameters(cfg, name), cfg, purge_step=None if resumed_at is None else resumed_at + 1)
+        self.open(run, name, hyperparameters(cfg, name), cfg, purge_step=0 if resumed_at is None else resumed_at + 1)
         self.state["trackers"] = [t.name for t in self.active]  # what the evaluations after training go to
         self.save_state()
 
     def open(self, run: Path, name: str, hparams: dict | None, cfg=None, purge_step: int | None = None) -> None:
+        """Start each tracker; purge_step: the step from which what earlier sessions of the run logged is dropped
+        (0: all of it, a run trained from scratch), None: nothing (the evaluations after training add to the run)."""
         for tracker_name in self.names:
             try:
                 tracker = OPENERS.get(tracker_name, _open_other)(self, tracker_name, run, name, hparams, cfg,
@@ -243,12 +248,16 @@ def _read_state(run: Path) -> dict:
 
 def _open_tensorboard(trackers: RunTrackers, _, run: Path, name: str, hparams, cfg, purge_step):
     """TensorBoard in <run>/<name as a folder>. A resumed session purges the steps from purge_step on (logged after
-    the checkpoint by the session that was stopped). The hyper-parameters go into that run itself (Accelerate's
-    store_init_configuration would write them to a run of their own), with the dev metric and the loss as the
-    HParams dashboard's columns."""
+    the checkpoint by the session that was stopped); a run trained from scratch (purge_step 0) removes the event
+    files an earlier session left there, which TensorBoard would show as a second curve of the run. The
+    hyper-parameters go into that run itself (Accelerate's store_init_configuration would write them to a run of
+    their own), with the dev metric and the loss as the HParams dashboard's columns."""
     from accelerate.tracking import TensorBoardTracker
 
     folder = trackers.state.setdefault("tensorboard", folder_name(name))
+    if purge_step == 0:
+        for events in (run / folder).glob("events.out.tfevents.*"):
+            events.unlink()
     tracker = TensorBoardTracker(folder, run, **({"purge_step": purge_step} if purge_step else {}))
     tracker.start()
     if hparams is not None:

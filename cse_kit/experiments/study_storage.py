@@ -1,0 +1,182 @@
+"""A study's Optuna storage that outlives a fault of its database: created safely by K workers started at once,
+patient with a dropped connection or a restarting server (each call retried with a doubling pause, up to `patience`
+seconds, then one line naming the storage), and a damaged SQLite study file said as such, with the way on.
+
+Optuna's RDBStorage is wrapped, not copied: every call of its storage protocol goes through `PatientStorage`, so the
+study's own calls (ask, tell, user attributes, reports) and Optuna's (the heartbeat, stale trials) all wait alike."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+import time
+from pathlib import Path
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.storages._heartbeat import BaseHeartbeat  # the heartbeat protocol RDBStorage implements
+
+#: the pauses between tries of a call to a storage that stopped answering (then the last, until the patience is spent)
+PAUSES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: how often creating a new storage's tables is tried when another process is creating them at the same moment
+CREATION_TRIES = 8
+#: a killed worker's trial is run again at most this many times (a run that kills its worker each time stops)
+RETRIES = 3
+#: SQLite's errors for a file that is no database, or one whose pages are damaged
+DAMAGED = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+
+
+class StorageAway(ValueError):
+    """The storage stopped answering and did not come back within the patience: one line, what was kept."""
+
+
+class DamagedStudyFile(ValueError):
+    """A SQLite study file that is not a database (truncated, overwritten): one line, how to go on."""
+
+
+def with_driver(url: str) -> str:
+    """A PostgreSQL URL without a driver named gets psycopg 3, the driver the kit's `tune` extra installs
+    (SQLAlchemy's default for postgresql:// is psycopg2)."""
+    return re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)
+
+
+def safe(url: str) -> str:
+    """A storage URL without its password."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def sqlite_file(url: str) -> Path | None:
+    return Path(url.split(":///", 1)[1]) if url.startswith("sqlite:///") else None
+
+
+def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path | None):
+    """Optuna's RDBStorage on `url` (heartbeats every heartbeat[0] s, a trial silent for heartbeat[1] s run again),
+    created under `creation_lock` (a file lock every worker sharing the results store takes) and tried again where
+    another process created the same tables at the same moment (a worker elsewhere); wrapped in PatientStorage."""
+    import sqlalchemy.exc
+
+    interval, grace = heartbeat
+    engine = {"pool_pre_ping": True}  # a connection the server dropped is replaced, not used
+    if url.startswith("postgresql"):
+        engine["connect_args"] = {"connect_timeout": 10}
+    with _held(creation_lock):
+        for attempt in range(CREATION_TRIES):
+            try:
+                inner = optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine, heartbeat_interval=interval, grace_period=grace,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES))
+                break
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+                # the tables (SQLite: alembic_version's row; PostgreSQL: a type of the same name) were being created
+                # by another process: they exist a moment later
+                if attempt == CREATION_TRIES - 1:
+                    raise
+                time.sleep(random.uniform(0.05, 0.25) * (attempt + 1))
+            except Exception as error:
+                if failure(error) == "damaged":
+                    raise damaged(url, error) from None
+                raise
+    return PatientStorage(inner, url, patience)
+
+
+@contextlib.contextmanager
+def _held(path: Path | None):
+    from ..io import holder_lock
+
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with holder_lock(str(path)):
+        yield
+
+
+def failure(error: BaseException) -> str | None:
+    """'damaged' (SQLite: the file is no database), 'transient' (a connection dropped or refused, a server
+    restarting, SQLite busy) or None (anything else: a bug or a bad value, not waited out), from the error's chain."""
+    import sqlalchemy.exc
+
+    seen, chain = set(), [error]
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if getattr(getattr(e, "orig", None), "sqlite_errorname", None) in DAMAGED or \
+                getattr(e, "sqlite_errorname", None) in DAMAGED:
+            return "damaged"
+        if isinstance(e, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                          sqlalchemy.exc.DisconnectionError)) or getattr(e, "connection_invalidated", False):
+            return "transient"
+        chain += [e.__cause__, e.__context__]
+    return None
+
+
+def damaged(url: str, error: BaseException) -> DamagedStudyFile:
+    path = sqlite_file(url)
+    words = str(getattr(error, "orig", None) or error).splitlines()[0][:200]
+    return DamagedStudyFile(
+        f"the study file {path} is damaged ({words}): move it aside (`mv {path} {path}.damaged`) and run the same "
+        "command again; the results store keeps every trained run, and a study's configurations follow from its "
+        "seed, so the same trials are drawn again and only those the store lacks train")
+
+
+class PatientStorage(BaseStorage, BaseHeartbeat):
+    """An RDBStorage whose every call waits out a storage that stopped answering: tried again after a doubling pause
+    until `patience` seconds are spent, then StorageAway."""
+
+    def __init__(self, inner: optuna.storages.RDBStorage, url: str, patience: float):
+        self.inner, self.url, self.patience = inner, url, patience
+
+    def __getattr__(self, name):  # what Optuna asks beyond the protocol (remove_session, ...): as it is
+        return getattr(self.inner, name)
+
+    def call(self, name: str, *args, **kwargs):
+        deadline, pauses, tries = time.monotonic() + self.patience, iter(PAUSES), 0
+        while True:
+            try:
+                return getattr(self.inner, name)(*args, **kwargs)
+            except Exception as error:
+                kind = failure(error)
+                if kind == "damaged" and sqlite_file(self.url):
+                    raise damaged(self.url, error) from None
+                if kind != "transient":
+                    if tries and name == "set_trial_state_values" and _already(self.inner, *args, **kwargs):
+                        return True  # the first try was committed; only its answer was lost
+                    raise
+                pause = next(pauses, PAUSES[-1])
+                if time.monotonic() + pause > deadline:
+                    words = str(getattr(error, "orig", None) or error).strip().splitlines()
+                    raise StorageAway(f"the study's storage {safe(self.url)} stopped answering "
+                                      f"({type(error).__name__}: {words[0][:200] if words else ''}) and did not come "
+                                      f"back within {self.patience:g} s") from None
+                tries += 1
+                time.sleep(pause)
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        # from the heartbeat's thread: a beat missed while the storage is away is harmless (the grace period is four
+        # of them), and the trial's own calls wait for the storage and say it
+        with contextlib.suppress(Exception):
+            self.inner.record_heartbeat(trial_id)
+
+
+def _forward(name: str):
+    def forward(self, *args, **kwargs):
+        return self.call(name, *args, **kwargs)
+
+    forward.__name__ = name
+    return forward
+
+
+for _name in (*BaseStorage.__abstractmethods__, *(BaseHeartbeat.__abstractmethods__ - {"record_heartbeat"})):
+    setattr(PatientStorage, _name, _forward(_name))
+PatientStorage.__abstractmethods__ = frozenset()
+
+
+def _already(inner, trial_id: int, state, values=None) -> bool:
+    """Whether trial_id already holds `state` (a retried tell whose first try was committed)."""
+    try:
+        return inner.get_trial(trial_id).state == state
+    except Exception:
+        return False
