@@ -62,6 +62,14 @@ class Server:
     def start(self, timeout: float = 60) -> None:
         self._run(["initdb", "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
                    "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C"])
+        self.resume(timeout)
+
+    def halt(self) -> None:
+        """Stop the server as a crash or a power cut would (`pg_ctl stop -m immediate`): no client is told."""
+        self._run(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def resume(self, timeout: float = 60) -> None:
+        """Start the halted server again, on the same port and data."""
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
         self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w",
                    "-t", str(int(timeout)), "start"])

@@ -435,8 +435,9 @@ def run_trial(study: Study, trial, store: ResultStore) -> float:
 
 
 @contextlib.contextmanager
-def _saying_what_is_kept(store: ResultStore, key: str | None, number: int):
-    """A storage that stays away, said with what became of trial `number`'s run and how to go on."""
+def _saying_what_is_kept(store: ResultStore, key: str | None, number: int | None):
+    """A storage that stays away, said with what became of trial `number`'s run (None: between trials) and how to
+    go on."""
     from .study_storage import StorageAway
 
     try:
@@ -448,8 +449,10 @@ def _saying_what_is_kept(store: ResultStore, key: str | None, number: int):
         elif key is not None and (store.run_dir(key) / "checkpoints").is_dir():
             kept = (f"trial {number}'s run keeps its last checkpoint ({store.run_dir(key)}): run the same command "
                     "again when the storage answers, and it resumes from there")
+        elif number is not None:
+            kept = f"trial {number} had trained nothing yet: run the same command again when the storage answers"
         else:
-            kept = (f"trial {number} had trained nothing yet: run the same command again when the storage answers")
+            kept = "no trial of this worker was running: run the same command again when the storage answers"
         raise StorageAway(f"{away}; {kept}") from None
 
 
@@ -467,7 +470,8 @@ def work(study: Study, say=_say) -> int:
     so a study it ends is finished); the number it ran."""
     optuna_study, store, ran, waited = load(study), study.store(), 0, None
     while True:
-        asked = next_trial(study, optuna_study, say)
+        with _saying_what_is_kept(store, None, None):
+            asked = next_trial(study, optuna_study, say)
         if asked is not None:
             trial, lock = asked
             try:

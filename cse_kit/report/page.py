@@ -25,7 +25,7 @@ from ..papers.comparison import TITLE as COMPARISON_TITLE
 from ..results import default_results_dir
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from .coverage_matrix import APART, coverage, coverage_html, tally_text
-from .notebooks import NOTEBOOKS, ended_in_error, notebook_html, table_of
+from .notebooks import NOTEBOOKS, ended_in_error, notebook_html, table_of, write_failure
 from .scheduling import default_jobs, execute_all
 
 
@@ -207,4 +207,7 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     index = write_text_atomic(out_dir / "index.html", without_machine_paths(page, shared))
     write_json_atomic(out_dir / "report.json", {"profile": profile, "coverage": lines, "runs": [
         {**r, "path": str(r["path"])} for r in runs]})
+    for run in runs:  # a full disk: said as `cse-kit train` says it (free space, run again), once the page is written
+        if failed := write_failure(run["error"]):
+            raise failed
     return index

@@ -297,12 +297,30 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
                 raise RuntimeError("it left the queue without a result (cancelled, or killed by its node)")
             job.result()
         except Exception as err:  # the runs it held are resumed by the others or the caller
-            warnings.warn(f"worker {job.job_id} failed ({type(err).__name__}: {str(err).strip()[-500:]}); log: "
-                          f"{job.paths.stderr}", stacklevel=2)
+            warnings.warn(f"worker {job.job_id} failed ({why_failed(err)}); log: {job.paths.stderr}", stacklevel=2)
     # from the store, not the jobs' answers: a requeued job answers for its last part only
     computed = [store.key(subject) for subject, evals in pending if store.has(subject, evals)]
     log(f"workers computed {len(computed)} of {len(pending)} runs")
     return computed
+
+
+def why_failed(err: Exception) -> str:
+    """Why a worker job failed, in one line (the report shows a notebook's warnings line by line): the exception
+    that ended it, from the traceback submitit's FailedJobError carries between its two rules; that it ended without
+    a result (UncompletedJobError: its process was killed, kill -9 or out of memory, or crashed); else the error's
+    first line. The job's log has the rest."""
+    name = type(err).__name__
+    if name == "UncompletedJobError":
+        return f"{name}: it ended without a result: killed (kill -9, out of memory) or crashed"
+    parts = str(err).split("\n----------------------\n")
+    if name == "FailedJobError" and len(parts) == 3:
+        lines = [line for line in parts[1].splitlines() if line.strip()]
+        frames = [i for i, line in enumerate(lines) if line.startswith(" ")]  # "  File ...", its code, "^^^"
+        raised = lines[frames[-1] + 1:] if frames else lines[-1:]
+        if raised:
+            return " ".join(line.strip() for line in raised)
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{name}: {first}" if first else name
 
 
 def wait_quietly(jobs: list, poll_s: float = 1.0, queue_every_s: float = 10.0) -> list:
