@@ -111,17 +111,46 @@ def assert_rerun_reuses_everything(data_dir, results: Path, page: Path, *extra: 
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (results / "records").glob("*.json")} == before
 
 
-@pytest.mark.slow  # the report twice: about 60 s on 2 cores
-def test_a_worker_killed_mid_training_is_one_line_and_the_report_finishes_its_run(data_dir, tmp_path):
-    """kill -9 of a local worker process while it trains: the other worker, which waits for the runs others hold,
-    takes the run over (the OS drops the dead worker's lock) and the report ends as without the fault (exit 0), its
-    console saying which worker failed and where its log is in one line. Nothing is stored twice; a rerun reuses
-    everything."""
+def local_worker(job: str) -> list[psutil.Process]:
+    """The worker process of a local submitit job: the child of its controller, whose pid is the job's id."""
+    return psutil.Process(int(job)).children()
+
+
+def slurm_worker(job: str) -> list[psutil.Process]:
+    """The worker process of SLURM job `job` (the Python task srun started on this one-node cluster's node)."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            command = p.cmdline()
+            if "submitit.core._submit" in command and Path(command[0]).name != "srun" and \
+                    p.environ().get("SLURM_JOB_ID") == job:
+                found.append(p)
+    return found
+
+
+#: (where the workers run, their processes, the reason the report gives for the killed one)
+KILLED = {"local": ([], local_worker, "UncompletedJobError: it ended without a result: killed (kill -9, out of "
+                                      "memory) or crashed"),
+          "slurm": (["--cluster", "slurm"], slurm_worker, "RuntimeError: it left the queue without a result "
+                                                          "(cancelled, or killed by its node)")}
+
+
+@pytest.mark.slow  # the report twice: about 50 s locally, 60 s on SLURM, on 2 cores
+@pytest.mark.parametrize("cluster", list(KILLED))
+def test_a_worker_killed_mid_training_is_one_line_and_the_report_finishes_its_run(cluster, data_dir, tmp_path,
+                                                                                   request):
+    """kill -9 of a worker process while it trains, a local process or a SLURM job's: the other worker, which waits
+    for the runs others hold, takes the run over (the OS drops the dead worker's lock) and the report ends as
+    without the fault (exit 0), its console saying which worker failed and where its log is in one line. Nothing is
+    stored twice; a rerun reuses everything."""
+    extra, workers_of, why = KILLED[cluster]
+    if cluster == "slurm":
+        request.getfixturevalue("slurm")
     results, page = tmp_path / "results", tmp_path / "page"
-    report = start_report(data_dir, results, page)
+    report = start_report(data_dir, results, page, *extra)
     try:
         killed, job = training_job(results)
-        kill_9(psutil.Process(int(job)).children())  # the local job's controller is its id; its child is the worker
+        kill_9(workers_of(job))
     except BaseException:
         stop(report)
         raise
@@ -130,8 +159,7 @@ def test_a_worker_killed_mid_training_is_one_line_and_the_report_finishes_its_ru
     assert_no_traceback(out, err)
     assert console_lines(err) == [], err
     warned = [line for line in console_lines(out) if "UserWarning" in line]
-    assert warned == [f"    {NOTEBOOK}: UserWarning: worker {job} failed (UncompletedJobError: it ended without a "
-                      f"result: killed (kill -9, out of memory) or crashed); log: "
+    assert warned == [f"    {NOTEBOOK}: UserWarning: worker {job} failed ({why}); log: "
                       f"{parallel.jobs_dir(results) / f'{job}_0_log.err'}"], out
     records = complete_records(results)
     assert len(records) == RUNS and killed in records
@@ -139,7 +167,7 @@ def test_a_worker_killed_mid_training_is_one_line_and_the_report_finishes_its_ru
     for key in records:  # the killed run started again once, unless it had finished training (then evaluated only)
         assert fresh_starts(out, results, key) in ((1, 2) if key == killed else (1,))
     assert leftovers(results) == []
-    assert_rerun_reuses_everything(data_dir, results, page)
+    assert_rerun_reuses_everything(data_dir, results, page, *extra)
 
 
 @pytest.mark.slow  # the report on the full disk's store, then the rerun: about 90 s on 2 cores

@@ -169,9 +169,10 @@ def _at_once(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:
 @pytest.mark.parametrize("commands", [2, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
 def test_commands_started_at_once_on_a_new_storage_all_join_the_one_study(commands, storage, request, data_dir,
-                                                                         tmp_path):
+                                                                         tmp_path, uninterrupted):
     """K identical commands started at once on a storage none has created yet (a lab starting its workers): each
-    exits 0 having printed the whole study, which holds exactly its total, complete."""
+    exits 0 having printed the whole study, which holds exactly its total, complete, and TPE's random start-up draws
+    are the configurations one worker draws (in the order the workers' timing gives)."""
     results = tmp_path / "results"
     url = _sqlite(results)
     if storage == "postgresql":
@@ -184,6 +185,8 @@ def test_commands_started_at_once_on_a_new_storage_all_join_the_one_study(comman
     trials = _trials(url)
     assert _states(trials) == ["COMPLETE"] * 4
     assert len({t.user_attrs["key"] for t in trials}) == 4 and len(_records(results)) == 4
+    assert sorted(map(sorted, (t.params.items() for t in trials))) == \
+        sorted(map(sorted, (c.items() for c in uninterrupted)))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "overwritten"])

@@ -7,11 +7,16 @@ storage: by default a SQLite file beside the results store, a URL for a lab's da
 `journal:PATH`, Optuna's journal file for a shared file system. `trials` is the study's total: a rerun that finds
 them finished samples nothing, and a trained trial is a store record, so it never trains twice. Workers (local
 processes, or SLURM jobs sent as the report's are) share one study: they ask for trials under a lock beside the
-store, so the study holds exactly `trials` trials that count (complete, running or waiting). A killed worker's trial
-stops sending its heartbeat; the next worker to ask marks it failed and enqueues its parameters again
-(RetryHeartbeatStaleTrialCallback), so it is run again, resuming its run from the run's checkpoint, never lost or
-counted twice (SQLite and PostgreSQL; the journal file has no heartbeat: a worker killed there leaves its trial
-running until `--fail-running`). `prune` names Optuna's pruner: it hears the dev score of each evaluation a trial's run
+store, so the study holds exactly `trials` trials that count (complete, running or waiting). A worker holds a trial
+lock (beside the store's) from asking for a trial to telling its outcome; the kernel releases it when the worker
+dies, so the next worker to ask finds a killed worker's trial at once, marks it failed and enqueues its parameters
+again: it is run again, its run read from the store or resumed from its checkpoint, never lost or counted twice. A
+worker sharing the storage but not the store is judged by its heartbeat (RetryHeartbeatStaleTrialCallback; the
+journal file has none: `--fail-running`). A worker that finds the total held waits for the trials live workers
+run, so a study it reports is finished. The k-th configuration is drawn by a sampler seeded by the study's seed
+and k, not by how many trials were tried, so a study interrupted and resumed draws what an uninterrupted one draws.
+Faults of the storage itself (a dropped connection, a restarting server, a damaged file) are study_storage's.
+`prune` names Optuna's pruner: it hears the dev score of each evaluation a trial's run
 makes while it trains (eval_steps) and may stop the run there; the trial is then PRUNED, its run left unfinished
 (its checkpoint of that step, no record), never a finished run. `dashboard` serves optuna-dashboard on the study's
 storage while it runs (docs/tuning.md)."""
