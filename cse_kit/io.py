@@ -30,6 +30,21 @@ class WriteFailed(OSError):
     def __str__(self) -> str:
         return f"cannot write {self.path}: {self.cause}; nothing half-written was kept"
 
+    @classmethod
+    def said(cls, line: str) -> WriteFailed | None:
+        """The WriteFailed another process said in `line` ("WriteFailed: cannot write PATH: CAUSE; nothing
+        half-written was kept", its type's name qualified or not: a notebook's error, a worker job's), to be raised
+        again here; None for any other line."""
+        import re
+
+        found = re.fullmatch(r"(?:[\w.]+\.)?WriteFailed: cannot write (.+): ([^:]+); nothing half-written was kept",
+                             line.strip())
+        if not found:
+            return None
+        cause = found.group(2)
+        code = next((c for c in NO_ROOM if cause.startswith(os.strerror(c))), NO_ROOM[0])
+        return cls(found.group(1), cause, code)
+
 
 def no_room(err: BaseException, where) -> tuple[str, int] | None:
     """(cause, errno) when err is a write that failed for want of room, else None. torch and safetensors raise no

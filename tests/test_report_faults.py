@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cse_kit.results import ResultStore, parallel
+from cse_kit.results import parallel
 from cse_kit.results.records import check_record
 
 from test_write_failures import NO_SPACE, fill, leftovers, small_disk  # noqa: F401  (small_disk: a fixture)
@@ -166,6 +166,7 @@ def test_a_worker_killed_mid_training_is_one_line_and_the_report_finishes_its_ru
     assert sorted(p.name for p in (results / "runs").iterdir() if p.is_dir()) == sorted(records)
     for key in records:  # the killed run started again once, unless it had finished training (then evaluated only)
         assert fresh_starts(out, results, key) in ((1, 2) if key == killed else (1,))
+    assert "; fresh; output" not in out and "resuming at step" not in out  # by a worker, not the report's kernel
     assert leftovers(results) == []
     assert_rerun_reuses_everything(data_dir, results, page, *extra)
 
@@ -191,6 +192,7 @@ def test_a_full_disk_while_the_workers_write_is_one_line_and_the_rerun_trains_on
         assert re.fullmatch(rf"    {NOTEBOOK}: UserWarning: worker \d+ failed \(cse_kit\.io\.WriteFailed: cannot "
                             rf"write \S+: {NO_SPACE}; nothing half-written was kept\); log: \S+_log\.err", warned), out
     assert (page / "index.html").is_file()  # the page, on another disk, shows the notebook's failure
+    assert "; fresh; output" not in out  # the notebook stopped on the workers' full disk, never trained it again
     survivors = complete_records(results)  # every record whole: the failed run has none, not a partial one
     assert len(survivors) < RUNS
     for run in (results / "runs").iterdir():
@@ -214,3 +216,42 @@ def test_a_full_disk_while_the_workers_write_is_one_line_and_the_rerun_trains_on
             assert kept[key] == ((results / "records" / f"{key}.json").stat().st_mtime_ns,
                                  (results / "runs" / key / "model" / "model.safetensors").stat().st_mtime_ns)
     assert leftovers(results) == []
+
+
+def test_a_worker_failure_and_a_notebook_stopped_by_a_full_disk_are_each_one_line():
+    """What the two tests above see, without their processes: a failed worker's warning is the exception that ended
+    it (the last line of the traceback submitit wraps), never a piece of its log; a notebook's WriteFailed becomes
+    the report's own, the line `cse-kit train` says."""
+    import errno
+    import traceback
+
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    from cse_kit.io import WriteFailed
+
+    full = WriteFailed("/store/records/k.json", "No space left on device", errno.ENOSPC)
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise full from None
+    except WriteFailed:
+        trace = traceback.format_exc()
+    failed = FailedJobError(f"Job (task=0) failed during processing with trace:\n----------------------\n{trace}\n"
+                            "----------------------\nYou can check full logs with 'job.stderr(0)' and 'job.stdout(0)'"
+                            "or at paths:\n  - /jobs/1_0_log.err\n  - /jobs/1_0_log.out")
+    assert parallel.why_failed(failed) == f"cse_kit.io.WriteFailed: {full}"
+    uncompleted = UncompletedJobError("Job 1 (task: 0) with path /jobs/1_0_result.pkl\nhas not produced any output "
+                                      "(state: FINISHED)\nError stream produced:\n----\nsubmitit INFO (...) - Loading")
+    assert parallel.why_failed(uncompleted) == ("UncompletedJobError: it ended without a result: killed (kill -9, out "
+                                                "of memory) or crashed")
+    assert parallel.why_failed(RuntimeError("it left the queue\nwithout a result")) == "RuntimeError: it left the queue"
+
+    assert str(WriteFailed.said(parallel.why_failed(failed))) == str(full)  # a worker's, raised again by the caller
+    again = WriteFailed.said(f"WriteFailed: {full}")  # a notebook's, raised again by the report
+    assert isinstance(again, WriteFailed) and str(again) == str(full) and again.errno == errno.ENOSPC
+    too_large = WriteFailed("/store/runs/k/model", "File too large (over the file size limit, `ulimit -f`)",
+                            errno.EFBIG)
+    assert WriteFailed.said(f"WriteFailed: {too_large}").errno == errno.EFBIG
+    assert WriteFailed.said("ValueError: cannot write /x: No space left on device") is None
+    assert WriteFailed.said("") is None

@@ -117,21 +117,6 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False, lo
             "seconds": time.perf_counter() - start, "error": error}
 
 
-def write_failure(error: str):
-    """The WriteFailed a notebook stopped on ("WriteFailed: cannot write PATH: CAUSE; nothing half-written was kept":
-    the results store's disk full, in the kernel or in the worker jobs it waited for), to be raised again in the
-    report's own process, which says it in the one line `cse-kit train` says it in; None for any other error."""
-    from ..io import NO_ROOM, WriteFailed
-
-    found = re.fullmatch(r"WriteFailed: cannot write (.+): ([^:]+); nothing half-written was kept", error.strip())
-    if not found:
-        return None
-    codes = {os.strerror(code): code for code in NO_ROOM}
-    cause = found.group(2)
-    return WriteFailed(found.group(1), cause, next((c for text, c in codes.items() if cause.startswith(text)),
-                                                   NO_ROOM[0]))
-
-
 def notebook_warnings(nb) -> list[str]:
     """The warnings an executed notebook raised ("UserWarning: 2 runs pending ..."), from its cells' stderr, once
     each: the report prints them, since a reader of the console never opens the executed notebook."""

@@ -19,13 +19,13 @@ from ..experiments import PROFILE_SCOPES, chosen_profile
 from ..experiments.paper_vs_ours import comparison_frame
 from ..experiments.render import long_form_html, paper_layout_html, values_html
 from ..experiments.typeset import extra_frames
-from ..io import write_json_atomic, write_text_atomic
+from ..io import WriteFailed, write_json_atomic, write_text_atomic
 from ..papers import PAPERS, all_notebooks, paper_key
 from ..papers.comparison import TITLE as COMPARISON_TITLE
 from ..results import default_results_dir
 from .checkout import NOTEBOOK_DIR, ROOT, check_notebooks
 from .coverage_matrix import APART, coverage, coverage_html, tally_text
-from .notebooks import NOTEBOOKS, ended_in_error, notebook_html, table_of, write_failure
+from .notebooks import NOTEBOOKS, ended_in_error, notebook_html, table_of
 from .scheduling import default_jobs, execute_all
 
 
@@ -208,6 +208,6 @@ def build(profile: str = "auto", results_dir=None, data_dir=None, out_dir=None, 
     write_json_atomic(out_dir / "report.json", {"profile": profile, "coverage": lines, "runs": [
         {**r, "path": str(r["path"])} for r in runs]})
     for run in runs:  # a full disk: said as `cse-kit train` says it (free space, run again), once the page is written
-        if failed := write_failure(run["error"]):
+        if failed := WriteFailed.said(run["error"]):
             raise failed
     return index

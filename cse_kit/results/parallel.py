@@ -41,6 +41,7 @@ from pathlib import Path
 from filelock import Timeout
 
 from ..environment import threads_per_worker
+from ..io import WriteFailed
 from ..methods.registry import check_sendable
 from ..train.config import TrainConfig
 from ..train.precision import resolve_precision
@@ -291,13 +292,18 @@ def compute_all(store: ResultStore, tasks: list[Task], workers: int, cluster: st
                             worker_threads(n, cluster))
             for start, executor in zip(starts, executors(folder, n, cluster, job_resources(pending)))]
     ended = wait_quietly(jobs) if cluster == "slurm" else jobs
+    full = None
     for job in jobs:
         try:
             if job not in ended:
                 raise RuntimeError("it left the queue without a result (cancelled, or killed by its node)")
             job.result()
         except Exception as err:  # the runs it held are resumed by the others or the caller
-            warnings.warn(f"worker {job.job_id} failed ({why_failed(err)}); log: {job.paths.stderr}", stacklevel=2)
+            why = why_failed(err)
+            warnings.warn(f"worker {job.job_id} failed ({why}); log: {job.paths.stderr}", stacklevel=2)
+            full = full or WriteFailed.said(why)
+    if full is not None:  # the caller would train the run again only to fill the same disk: say it now
+        raise full
     # from the store, not the jobs' answers: a requeued job answers for its last part only
     computed = [store.key(subject) for subject, evals in pending if store.has(subject, evals)]
     log(f"workers computed {len(computed)} of {len(pending)} runs")
