@@ -351,36 +351,46 @@ def run_orphans_again(study: Study, optuna_study, trials: list, say) -> int:
     died, on this host or another sharing the store) and enqueue its parameters again, whatever the heartbeat: the
     trial's run is reused from the store, or resumed from its checkpoint. How many. A running trial without a trial
     lock in this store (a worker that does not share it) is the heartbeat's to judge."""
-    from filelock import FileLock, Timeout
-    from optuna.storages import RetryFailedTrialCallback
     from optuna.trial import TrialState
 
     from ..io import describe_holder, lock_holder
-    from .study_storage import RETRIES
 
     again = 0
     for trial in trials:
         path = study.trial_lock_path(trial.number)
-        if trial.state != TrialState.RUNNING or not path.is_file():
-            continue
-        probe = FileLock(str(path))  # not a holder lock: the file keeps saying who held it
-        try:
-            probe.acquire(timeout=0)
-        except Timeout:
-            continue  # its worker is alive
-        try:
-            current = [t for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                       if t.number == trial.number]
-            if not current:  # told between the read and the lock
-                continue
-            optuna_study.tell(trial.number, state=TrialState.FAIL)
-            RetryFailedTrialCallback(max_retry=RETRIES)(optuna_study, current[0])
+        if trial.state == TrialState.RUNNING and path.is_file() and _run_again_if_free(study, optuna_study, trial):
             say(f"trial {trial.number} was left running by {describe_holder(lock_holder(path))}, which is gone: it "
                 "is run again (its run reused from the store, or resumed from its checkpoint)")
             again += 1
-        finally:
-            probe.release()
     return again
+
+
+def _run_again_if_free(study: Study, optuna_study, trial) -> bool:
+    """Where no live worker holds running `trial` (its trial lock is free), mark it failed and enqueue its
+    parameters again (Optuna's retry callback: the new trial is marked `failed_trial`); whether it did."""
+    from filelock import FileLock, Timeout
+    from optuna.storages import RetryFailedTrialCallback
+    from optuna.trial import TrialState
+
+    from .study_storage import RETRIES
+
+    path = study.trial_lock_path(trial.number)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    probe = FileLock(str(path))  # not a holder lock: the file keeps saying who held it
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return False  # its worker is alive
+    try:
+        current = [t for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.number == trial.number]
+        if not current:  # told between the caller's read and the lock
+            return False
+        optuna_study.tell(trial.number, state=TrialState.FAIL)
+        RetryFailedTrialCallback(max_retry=RETRIES)(optuna_study, current[0])
+        return True
+    finally:
+        probe.release()
 
 
 def still_running(study: Study, optuna_study) -> tuple[list[str], list[str]]:
@@ -398,20 +408,14 @@ def still_running(study: Study, optuna_study) -> tuple[list[str], list[str]]:
 
 
 def fail_running(study: Study) -> int:
-    """Mark the study's running trials failed and enqueue their parameters again; how many. For a killed worker's
-    trial where the storage has no heartbeat (the journal file) and no trial lock says it is gone: only while none
-    of the study's workers runs."""
-    from optuna.storages import RetryFailedTrialCallback
+    """Mark the study's running trials failed and enqueue their parameters again, but those a live worker holds (its
+    trial lock); how many. For a killed worker's trial that no trial lock judges (an older kit's) where the storage
+    has no heartbeat (the journal file): only while none of the study's workers runs."""
     from optuna.trial import TrialState
 
-    from .study_storage import RETRIES
-
     optuna_study = load(study)
-    running = optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for trial in running:
-        optuna_study.tell(trial.number, state=TrialState.FAIL)
-        RetryFailedTrialCallback(max_retry=RETRIES)(optuna_study, trial)
-    return len(running)
+    return sum(_run_again_if_free(study, optuna_study, trial)
+               for trial in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
 def run_trial(study: Study, trial, store: ResultStore) -> float:
@@ -477,6 +481,7 @@ def work(study: Study, say=_say) -> int:
     while True:
         with _saying_what_is_kept(store, None, None):
             asked = next_trial(study, optuna_study, say)
+            alive, unjudged = still_running(study, optuna_study) if asked is None else ([], [])
         if asked is not None:
             trial, lock = asked
             try:
@@ -484,7 +489,6 @@ def work(study: Study, say=_say) -> int:
             finally:
                 lock.release()
             continue
-        alive, unjudged = still_running(study, optuna_study)
         if not alive:
             if unjudged:
                 say(f"{', '.join(unjudged)} still running without a worker this results store knows: the heartbeat "
