@@ -744,8 +744,9 @@ def add_tune(sub) -> None:
                                      "studies.sqlite3 beside the results store")
     p.add_argument("--study", help="the study's name (default: from what it searches)")
     p.add_argument("--fail-running", action="store_true",
-                   help="first mark the study's running trials failed and run them again: a killed worker's trial "
-                        "where the storage has no heartbeat (journal:PATH); only while none of its workers runs")
+                   help="first mark the study's running trials failed and run them again, but those a live worker "
+                        "holds: a killed worker's trial that no trial lock judges where the storage has no heartbeat "
+                        "(journal:PATH); only while none of its workers runs")
     p.add_argument("--dashboard", metavar="[HOST:]PORT",
                    help="serve optuna-dashboard on the study's storage at http://127.0.0.1:PORT while it runs, and "
                         "after, until Ctrl-C (a finished study: only the dashboard)")
@@ -756,7 +757,8 @@ def add_tune(sub) -> None:
                         "'median(n_startup_trials=5, n_warmup_steps=100)'. Runs are evaluated every eval_steps")
     p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
                    help="how often a running trial says it is alive (default 30); one silent for 4 times as long is "
-                        "taken for a killed worker's and run again")
+                        "taken for a killed worker's and run again. A worker sharing the results store is judged at "
+                        "once by its trial lock (locks/trial-STUDY-N.lock), whatever the heartbeat")
     p.add_argument("--storage-patience", type=float, default=60, metavar="SECONDS",
                    help="how long a trial's bookkeeping waits for a storage that stopped answering (a dropped "
                         "connection, a restarting server), trying again, before the command stops in one line saying "
