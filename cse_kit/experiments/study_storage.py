@@ -92,25 +92,42 @@ def _held(path: Path | None):
         yield
 
 
-def failure(error: BaseException) -> str | None:
-    """'damaged' (SQLite: the file is no database), 'transient' (a connection dropped or refused, a server
-    restarting, SQLite busy) or None (anything else: a bug or a bad value, not waited out), from the error's chain."""
-    import sqlalchemy.exc
-
+def _chain(error: BaseException):
+    """error and every exception it was raised from or while handling, once each (Optuna re-raises the driver's
+    error, and its rollback on a dead connection raises another)."""
     seen, chain = set(), [error]
     while chain:
         e = chain.pop()
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
+        yield e
+        chain += [e.__cause__, e.__context__]
+
+
+def failure(error: BaseException) -> str | None:
+    """'damaged' (SQLite: the file is no database), 'transient' (a connection dropped or refused, a server
+    restarting, SQLite busy) or None (anything else: a bug or a bad value, not waited out), from the error's chain."""
+    import sqlalchemy.exc
+
+    for e in _chain(error):
         if getattr(getattr(e, "orig", None), "sqlite_errorname", None) in DAMAGED or \
                 getattr(e, "sqlite_errorname", None) in DAMAGED:
             return "damaged"
         if isinstance(e, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                           sqlalchemy.exc.DisconnectionError)) or getattr(e, "connection_invalidated", False):
             return "transient"
-        chain += [e.__cause__, e.__context__]
     return None
+
+
+def cause(error: BaseException) -> str:
+    """The driver's words for a transient failure (psycopg's "connection refused", SQLite's "database is locked"),
+    not Optuna's wrapper around them ("e.g. exceeding max length"): `Type: first line`."""
+    import sqlalchemy.exc
+
+    found = next((e.orig or e for e in _chain(error) if isinstance(e, sqlalchemy.exc.DBAPIError)), error)
+    words = str(found).strip().splitlines()
+    return f"{type(found).__name__}: {words[0][:200] if words else ''}"
 
 
 def damaged(url: str, error: BaseException) -> DamagedStudyFile:
@@ -147,10 +164,8 @@ class PatientStorage(BaseStorage, BaseHeartbeat):
                     raise
                 pause = next(pauses, PAUSES[-1])
                 if time.monotonic() + pause > deadline:
-                    words = str(getattr(error, "orig", None) or error).strip().splitlines()
-                    raise StorageAway(f"the study's storage {safe(self.url)} stopped answering "
-                                      f"({type(error).__name__}: {words[0][:200] if words else ''}) and did not come "
-                                      f"back within {self.patience:g} s") from None
+                    raise StorageAway(f"the study's storage {safe(self.url)} stopped answering ({cause(error)}) and "
+                                      f"did not come back within {self.patience:g} s") from None
                 tries += 1
                 time.sleep(pause)
 

@@ -369,7 +369,7 @@ def _run_again_if_free(study: Study, optuna_study, trial) -> bool:
     """Where no live worker holds running `trial` (its trial lock is free), mark it failed and enqueue its
     parameters again (Optuna's retry callback: the new trial is marked `failed_trial`); whether it did."""
     from filelock import FileLock, Timeout
-    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     from .study_storage import RETRIES
@@ -387,7 +387,8 @@ def _run_again_if_free(study: Study, optuna_study, trial) -> bool:
         if not current:  # told between the caller's read and the lock
             return False
         optuna_study.tell(trial.number, state=TrialState.FAIL)
-        RetryFailedTrialCallback(max_retry=RETRIES)(optuna_study, current[0])
+        # the callback the heartbeat runs for a silent trial: the same retry, counted the same way
+        RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)(optuna_study, current[0])
         return True
     finally:
         probe.release()
