@@ -203,6 +203,21 @@ def test_the_loop_reads_nothing_from_the_device_between_two_logging_steps(preset
     assert {4, 8} <= logged and not {5, 6, 7} & logged
 
 
+def test_a_step_that_logs_and_evaluates_reads_the_device_once(data_dir, tmp_path, monkeypatch):
+    """Steps 4 and 8 each log their losses and show them beside the dev score: one transfer each, not two."""
+    reads, read = [], TrainStep._read
+
+    def counted(self):
+        reads.append(self)
+        return read(self)
+
+    monkeypatch.setattr(TrainStep, "_read", counted)
+    cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir), "output_dir": str(tmp_path / "run"),
+                                                "max_steps": 8, "log_steps": 4, "eval_steps": 4})
+    train(cfg, progress=True)
+    assert len(reads) == 2
+
+
 def test_a_compiled_step_reads_nothing_from_the_device_between_two_logging_steps(data_dir, tmp_path, monkeypatch):
     """Compiled, the model's own mask check is traced away too: no read by anyone (but torch's unfused AdamW, which
     counts a CPU run's steps in host tensors; a GPU run's fused AdamW keeps them on the device)."""

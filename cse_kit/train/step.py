@@ -101,6 +101,7 @@ class TrainStep:
         self.first_bad = torch.full((), -1, dtype=torch.long, device=device)  # step of the first non-finite loss
         self.grad_norm = None  # the last step's, before clipping (where max_grad_norm clips)
         self.out = {}  # the last forward's outputs
+        self.read = None  # readings() of the last step, once read (a step that logs and evaluates reads them once)
         self.captured = cfg.compile in CAPTURED and device.type == "cuda"
 
     def step(self, step: int) -> int:
@@ -130,7 +131,7 @@ class TrainStep:
         self.optimizers[current].step()
         self.schedulers[current].step()
         self.objective.zero_grad(set_to_none=True)  # stage 1 leaves the encoder's unused gradients too
-        self.out = out
+        self.out, self.read = out, None
         return stage
 
     def host_batch(self, step: int, stage: int, micro: int) -> dict:
@@ -164,7 +165,12 @@ class TrainStep:
 
     def readings(self) -> dict:
         """The last step's outputs and gradient norm as numbers, read from the device in one transfer (at a step that
-        logs)."""
+        logs or evaluates), once a step."""
+        if self.read is None:
+            self.read = self._read()
+        return self.read
+
+    def _read(self) -> dict:
         values = dict(self.out)
         if self.grad_norm is not None:
             values["grad_norm"] = self.grad_norm
