@@ -3,7 +3,6 @@ Debian's package), never mocks: the database stopped mid-trial, a worker killed,
 storage, a damaged study file. Each time: one line, nothing lost, a rerun at once finishes the total, and the study's
 configurations are those of an uninterrupted study of the same seed (docs/tuning.md, "When things go wrong")."""
 
-import json
 import os
 import signal
 import subprocess
@@ -11,12 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
-import psutil
 import pytest
 
 from cse_kit import cli
-from cse_kit.experiments.study_storage import with_driver
+
+from test_tune import _trials_in
 
 SPACE = "lr=log(1e-5,1e-3); temp=(0.03,0.1)"
 ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
@@ -29,12 +27,6 @@ def _argv(results: Path, data_dir, trials: int, *more: str) -> list[str]:
 
 def _command(argv: list[str]) -> list[str]:
     return [sys.executable, "-m", "cse_kit.cli", *argv]
-
-
-def _trials(storage: str) -> list:
-    url = with_driver(storage)
-    [name] = optuna.get_all_study_names(url)
-    return optuna.load_study(study_name=name, storage=url).trials
 
 
 def _sqlite(results: Path) -> str:
@@ -72,7 +64,7 @@ def uninterrupted(data_dir, tmp_path_factory) -> list[dict]:
     """The configurations of a 4-trial study of seed 1 that nothing interrupted."""
     results = tmp_path_factory.mktemp("uninterrupted") / "results"
     assert cli.main(_argv(results, data_dir, 4)) == 0
-    return _configurations(_trials(_sqlite(results)))
+    return _configurations(_trials_in(_sqlite(results)))
 
 
 @pytest.fixture
@@ -108,7 +100,7 @@ def test_a_worker_killed_mid_trial_is_run_again_at_once_and_the_study_draws_what
     rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "trial 1 was left running by pid" in rerun.stderr and "which is gone: it is run again" in rerun.stderr
-    trials = _trials(_sqlite(results))
+    trials = _trials_in(_sqlite(results))
     assert sorted(_states(trials)) == ["COMPLETE"] * 4 + ["FAIL"]
     assert trials[1].state.name == "FAIL" and trials[2].params == trials[1].params  # run again at once, first
     assert _configurations(trials) == uninterrupted
@@ -142,7 +134,7 @@ def test_the_database_stopped_mid_trial_is_one_line_the_run_is_kept_and_a_rerun_
     own_postgresql.resume()
     rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    trials = _trials(url)
+    trials = _trials_in(url)
     assert sorted(_states(trials)) == ["COMPLETE"] * 3 + ["FAIL"] and "RUNNING" not in _states(trials)
     assert _configurations(trials) == uninterrupted[:3]
     records = _records(results)
@@ -157,8 +149,8 @@ def test_the_database_stopped_mid_trial_is_one_line_the_run_is_kept_and_a_rerun_
     own_postgresql.resume()
     out, err = process.communicate(timeout=300)
     assert process.returncode == 0 and "Traceback" not in err, err
-    assert sorted(_states(_trials(url))) == ["COMPLETE"] * 4 + ["FAIL"]
-    assert _configurations(_trials(url)) == uninterrupted
+    assert sorted(_states(_trials_in(url))) == ["COMPLETE"] * 4 + ["FAIL"]
+    assert _configurations(_trials_in(url)) == uninterrupted
 
 
 def _at_once(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:
@@ -183,7 +175,7 @@ def test_commands_started_at_once_on_a_new_storage_all_join_the_one_study(comman
     for process in done:
         assert process.returncode == 0, process.stderr[-2000:]
         assert "4 trials" in process.stdout and " running " not in process.stdout, process.stdout
-    trials = _trials(url)
+    trials = _trials_in(url)
     assert _states(trials) == ["COMPLETE"] * 4
     assert len({t.user_attrs["key"] for t in trials}) == 4 and len(_records(results)) == 4
     assert sorted(map(sorted, (t.params.items() for t in trials))) == \
@@ -196,7 +188,7 @@ def test_a_damaged_study_file_is_one_line_saying_so_and_moved_aside_the_rerun_tr
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 2)
     assert cli.main(argv) == 0
-    before, configurations = _records(results), _configurations(_trials(_sqlite(results)))
+    before, configurations = _records(results), _configurations(_trials_in(_sqlite(results)))
     capsys.readouterr()
     path = results / "studies.sqlite3"
     data = path.read_bytes()
@@ -210,4 +202,4 @@ def test_a_damaged_study_file_is_one_line_saying_so_and_moved_aside_the_rerun_tr
     path.rename(path.with_name(path.name + ".damaged"))
     assert cli.main(argv) == 0
     assert _records(results) == before  # every trial found its run in the store
-    assert _configurations(_trials(_sqlite(results))) == configurations
+    assert _configurations(_trials_in(_sqlite(results))) == configurations

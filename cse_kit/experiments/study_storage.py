@@ -50,17 +50,20 @@ def sqlite_file(url: str) -> Path | None:
     return Path(url.split(":///", 1)[1]) if url.startswith("sqlite:///") else None
 
 
-def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path | None):
+def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path):
     """Optuna's RDBStorage on `url` (heartbeats every heartbeat[0] s, a trial silent for heartbeat[1] s run again),
     created under `creation_lock` (a file lock every worker sharing the results store takes) and tried again where
     another process created the same tables at the same moment (a worker elsewhere); wrapped in PatientStorage."""
     import sqlalchemy.exc
 
+    from ..io import holder_lock
+
     interval, grace = heartbeat
     engine = {"pool_pre_ping": True}  # a connection the server dropped is replaced, not used
     if url.startswith("postgresql"):
         engine["connect_args"] = {"connect_timeout": 10}
-    with _held(creation_lock):
+    creation_lock.parent.mkdir(parents=True, exist_ok=True)
+    with holder_lock(str(creation_lock)):
         for attempt in range(CREATION_TRIES):
             try:
                 inner = optuna.storages.RDBStorage(
@@ -78,18 +81,6 @@ def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path | 
                     raise damaged(url, error) from None
                 raise
     return PatientStorage(inner, url, patience)
-
-
-@contextlib.contextmanager
-def _held(path: Path | None):
-    from ..io import holder_lock
-
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with holder_lock(str(path)):
-        yield
 
 
 def _chain(error: BaseException):
