@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -763,6 +764,10 @@ def add_tune(sub) -> None:
                    help="how long a trial's bookkeeping waits for a storage that stopped answering (a dropped "
                         "connection, a restarting server), trying again, before the command stops in one line saying "
                         "what was kept (default 60)")
+    p.add_argument("--failures-in-a-row", type=int, default=3, metavar="K",
+                   help="stop a worker after K of its trials fail in a row on their own (a diverged run, an error of "
+                        "the run; default 3). A full disk, a read-only store or a space Optuna cannot sample stops the "
+                        "study at once, and never more trials fail than the total")
     p.add_argument("--test-seeds", metavar="S[,S]", help="after the study, train the chosen configuration with these "
                                                          "seeds (by the study's workers) and test it (STS test); the "
                                                          "study itself reads no test set")
@@ -771,8 +776,6 @@ def add_tune(sub) -> None:
 
 
 def cmd_tune(args) -> int:
-    import contextlib
-
     from .experiments import chosen_profile
     from .experiments.tuning import Study, check, dashboard, fail_running, parse_space, run
 
@@ -782,18 +785,29 @@ def cmd_tune(args) -> int:
     seeds = _test_seeds(args.test_seeds)
     study = Study(args.preset, chosen_profile(args.profile), parse_space(args.space), args.trials, args.set or [],
                   args.seed, args.results_dir, args.data_dir, args.storage, args.study,
-                  (args.heartbeat, 4 * args.heartbeat), args.prune, args.storage_patience)
+                  (args.heartbeat, 4 * args.heartbeat), args.prune, args.storage_patience, args.failures_in_a_row)
     check(study)  # before the dashboard listens: bad input is one line
-    if args.fail_running:
-        print(f"{fail_running(study)} running trials marked failed, to run again")
-    with dashboard(study, args.dashboard) if args.dashboard else contextlib.nullcontext() as url:
-        if url:
-            print(f"dashboard: {url}", flush=True)
-        trials = run(study, args.workers, args.cluster)
-        _print_study(study, trials, args.storage, seeds, args.workers, args.cluster)
-        if url:
-            return _serve_until_stopped(url)
+    with _terminating():  # SIGTERM stops the study as Ctrl-C does: its trial handed back, one line
+        if args.fail_running:
+            print(f"{fail_running(study)} running trials marked failed, to run again")
+        with dashboard(study, args.dashboard) if args.dashboard else contextlib.nullcontext() as url:
+            if url:
+                print(f"dashboard: {url}", flush=True)
+            trials = run(study, args.workers, args.cluster)
+            _print_study(study, trials, args.storage, seeds, args.workers, args.cluster)
+            if url:
+                return _serve_until_stopped(url)
     return 0
+
+
+@contextlib.contextmanager
+def _terminating():
+    """SIGTERM raised as Terminated (a KeyboardInterrupt) while the block runs; the handler before it restored."""
+    before = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _test_seeds(text: str | None) -> list[int]:
@@ -810,7 +824,8 @@ def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int
     from .experiments.tuning import chosen, chosen_on_test, trial_table
     from .publish.numbers import over_seeds
 
-    print(f"study {study.name} ({study.storage_url() if storage is None else 'storage given'}): {len(trials)} trials")
+    print(f"study {study.name} of {study.preset} on {study.profile} "
+          f"({study.storage_url() if storage is None else 'storage given'}): {len(trials)} trials")
     print(trial_table(trials))
     if winner := chosen(trials):
         print(f"chosen: trial {winner['number']}, dev {winner['value']:.4f}: "
@@ -819,7 +834,8 @@ def _print_study(study, trials: list[dict], storage: str | None, seeds: list[int
         scores = [r["metrics"]["sts_test"]["avg"] for r in chosen_on_test(study, seeds, workers=workers,
                                                                             cluster=cluster)]
         mean, std, n = over_seeds(scores)
-        print(f"test (STS avg, {n} seeds {seeds}): {mean:.2f} ± {std:.2f}", flush=True)
+        spread = f" ± {std:.2f}" if n > 1 else ""  # one seed has no spread
+        print(f"test (STS avg, {n} seed{'s' if n > 1 else ''} {seeds}): {mean:.2f}{spread}", flush=True)
 
 
 def _serve_until_stopped(url: str) -> int:
@@ -909,14 +925,17 @@ def _stopped(args, stop: KeyboardInterrupt) -> int:
 
 def _resumes(args) -> str:
     """What rerunning a stopped command does: a training run resumes from its last checkpoint's step."""
+    if args.command == "tune":
+        return ("continue the study: its finished trials are kept, and a trial stopped midway runs first, its run "
+                "resumed from its checkpoint")
     if args.command not in ("train", "report"):
         return "start again"
     if not getattr(args, "run_dir", None):
         return "resume"
     from .io import recover_dir
-    from .train.loop import checkpoint_step
+    from .train.loop import CHECKPOINT, checkpoint_step
 
-    step = checkpoint_step(recover_dir(Path(args.run_dir) / "checkpoint"))  # stopped in the middle of a swap
+    step = checkpoint_step(recover_dir(Path(args.run_dir) / CHECKPOINT))  # stopped in the middle of a swap
     return (f"resume {args.run_dir} from its checkpoint at step {step}" if step is not None else
             f"train {args.run_dir} (it stopped before its first checkpoint: from step 0)")
 

@@ -1,6 +1,7 @@
 """A study's Optuna storage that outlives a fault of its database: created safely by K workers started at once,
 patient with a dropped connection or a restarting server (each call retried with a doubling pause, up to `patience`
-seconds, then one line naming the storage), and a damaged SQLite study file said as such, with the way on.
+seconds, then one line naming the storage), a full disk said as a full disk (SQLite's file or PostgreSQL's data, not
+waited out), and a damaged SQLite study file said as such, with the way on.
 
 Optuna's RDBStorage is wrapped, not copied: every call of its storage protocol goes through `PatientStorage`, so the
 study's own calls (ask, tell, user attributes, reports) and Optuna's (the heartbeat, stale trials) all wait alike."""
@@ -21,14 +22,18 @@ from optuna.storages._heartbeat import BaseHeartbeat  # the heartbeat protocol R
 PAUSES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 #: how often creating a new storage's tables is tried when another process is creating them at the same moment
 CREATION_TRIES = 8
-#: a killed worker's trial is run again at most this many times (a run that kills its worker each time stops)
-RETRIES = 3
 #: SQLite's errors for a file that is no database, or one whose pages are damaged
 DAMAGED = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+#: a full disk: SQLite's error, PostgreSQL's SQLSTATE disk_full (class 53, insufficient resources)
+FULL = ("SQLITE_FULL", "53100")
 
 
 class StorageAway(ValueError):
     """The storage stopped answering and did not come back within the patience: one line, what was kept."""
+
+
+class StorageFull(StorageAway):
+    """The storage's disk is full (SQLite's file, PostgreSQL's data): not waited out, said as a full disk."""
 
 
 class DamagedStudyFile(ValueError):
@@ -50,10 +55,12 @@ def sqlite_file(url: str) -> Path | None:
     return Path(url.split(":///", 1)[1]) if url.startswith("sqlite:///") else None
 
 
-def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path):
-    """Optuna's RDBStorage on `url` (heartbeats every heartbeat[0] s, a trial silent for heartbeat[1] s run again),
-    created under `creation_lock` (a file lock every worker sharing the results store takes) and tried again where
-    another process created the same tables at the same moment (a worker elsewhere); wrapped in PatientStorage."""
+def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path, stale_trial):
+    """Optuna's RDBStorage on `url` (heartbeats every heartbeat[0] s, a trial silent for heartbeat[1] s failed and
+    handed to `stale_trial(study, trial)`), created under `creation_lock` (a file lock every worker sharing the
+    results store takes) and tried again where another process created the same tables at the same moment (a worker
+    elsewhere); wrapped in PatientStorage. A storage that cannot be reached (an unknown scheme, a missing database, a
+    wrong password) fails before the lock is taken: nothing is created for it."""
     import sqlalchemy.exc
 
     from ..io import holder_lock
@@ -62,13 +69,14 @@ def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path):
     engine = {"pool_pre_ping": True}  # a connection the server dropped is replaced, not used
     if url.startswith("postgresql"):
         engine["connect_args"] = {"connect_timeout": 10}
+    _probe(url, engine)
     creation_lock.parent.mkdir(parents=True, exist_ok=True)
     with holder_lock(str(creation_lock)):
         for attempt in range(CREATION_TRIES):
             try:
                 inner = optuna.storages.RDBStorage(
                     url, engine_kwargs=engine, heartbeat_interval=interval, grace_period=grace,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES))
+                    heartbeat_stale_trial_callback=stale_trial)
                 break
             except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
                 # the tables (SQLite: alembic_version's row; PostgreSQL: a type of the same name) were being created
@@ -79,8 +87,25 @@ def open_rdb(url: str, heartbeat: tuple, patience: float, creation_lock: Path):
             except Exception as error:
                 if failure(error) == "damaged":
                     raise damaged(url, error) from None
+                if failure(error) == "full":
+                    raise full(url, error) from None
                 raise
     return PatientStorage(inner, url, patience)
+
+
+def _probe(url: str, engine: dict) -> None:
+    """Connect once, outside the creation lock: a server's database or password refused, or a scheme SQLAlchemy does
+    not know, raises here (SQLite creates its file on the first write, under the lock)."""
+    import sqlalchemy
+
+    if sqlite_file(url):
+        return
+    probe = sqlalchemy.create_engine(url, **engine)
+    try:
+        with probe.connect():
+            pass
+    finally:
+        probe.dispose()
 
 
 def _chain(error: BaseException):
@@ -97,14 +122,16 @@ def _chain(error: BaseException):
 
 
 def failure(error: BaseException) -> str | None:
-    """'damaged' (SQLite: the file is no database), 'transient' (a connection dropped or refused, a server
-    restarting, SQLite busy) or None (anything else: a bug or a bad value, not waited out), from the error's chain."""
+    """'damaged' (SQLite: the file is no database), 'full' (the disk under SQLite's file or PostgreSQL's data),
+    'transient' (a connection dropped or refused, a server restarting, SQLite busy) or None (anything else: a bug or a bad value, not waited out), from the error's chain."""
     import sqlalchemy.exc
 
     for e in _chain(error):
-        if getattr(getattr(e, "orig", None), "sqlite_errorname", None) in DAMAGED or \
-                getattr(e, "sqlite_errorname", None) in DAMAGED:
+        said = {getattr(x, attr, None) for x in (e, getattr(e, "orig", None)) for attr in ("sqlite_errorname", "sqlstate")}
+        if said & set(DAMAGED):
             return "damaged"
+        if said & set(FULL):
+            return "full"
         if isinstance(e, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                           sqlalchemy.exc.DisconnectionError)) or getattr(e, "connection_invalidated", False):
             return "transient"
@@ -130,6 +157,12 @@ def damaged(url: str, error: BaseException) -> DamagedStudyFile:
         "seed, so the same trials are drawn again and only those the store lacks train")
 
 
+def full(url: str, error: BaseException) -> StorageFull:
+    where = sqlite_file(url) or safe(url)
+    return StorageFull(f"the disk holding the study's storage {where} is full ({cause(error)}): free space there and "
+                       "run the same command again")
+
+
 class PatientStorage(BaseStorage, BaseHeartbeat):
     """An RDBStorage whose every call waits out a storage that stopped answering: tried again after a doubling pause
     until `patience` seconds are spent, then StorageAway."""
@@ -149,6 +182,8 @@ class PatientStorage(BaseStorage, BaseHeartbeat):
                 kind = failure(error)
                 if kind == "damaged" and sqlite_file(self.url):
                     raise damaged(self.url, error) from None
+                if kind == "full":
+                    raise full(self.url, error) from None
                 if kind != "transient":
                     if tries and name == "set_trial_state_values" and _already(self.inner, *args, **kwargs):
                         return True  # the first try was committed; only its answer was lost

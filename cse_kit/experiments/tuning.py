@@ -10,10 +10,17 @@ processes, or SLURM jobs sent as the report's are) share one study: they ask for
 store, so the study holds exactly `trials` trials that count (complete, running or waiting). A worker holds a trial
 lock (beside the store's) from asking for a trial to telling its outcome; the kernel releases it when the worker
 dies, so the next worker to ask finds a killed worker's trial at once, marks it failed and enqueues its parameters
-again: it is run again, its run read from the store or resumed from its checkpoint, never lost or counted twice. A
-worker sharing the storage but not the store is judged by its heartbeat (RetryHeartbeatStaleTrialCallback; the
-journal file has none: `--fail-running`). A worker that finds the total held waits for the trials live workers
-run, so a study it reports is finished. The k-th configuration is drawn by a sampler seeded by the study's seed
+again (queue_again): it is run again, its run read from the store or resumed from its checkpoint, never lost or
+counted twice; a configuration whose worker dies RETRIES times is given up, and said so. The lock decides liveness: a
+trial whose lock is held is never failed by the heartbeat (a stopped or slow worker); a worker sharing the storage but
+not the store is judged by its heartbeat (the journal file has none: `--fail-running`). A worker that finds the total
+held waits for the trials live workers run, so a study it reports is finished.
+
+A study that cannot succeed stops (StudyStopped, one line): a fault of the machine (a full disk, a read-only store)
+or of the space (a bound Optuna cannot sample) stops it at once, its trial's configuration queued first for the
+rerun; a trial's own failure (a diverged run) is recorded and the study goes on, but `failures` in a row stop the
+worker, and never more trials fail than the total. A study is one preset, profile, objective and base settings
+(its identity, stored with it); each trial records the space it was drawn from. The k-th configuration is drawn by a sampler seeded by the study's seed
 and k, not by how many trials were tried, so a study interrupted and resumed draws what an uninterrupted one draws.
 Faults of the storage itself (a dropped connection, a restarting server, a damaged file) are study_storage's.
 `prune` names Optuna's pruner: it hears the dev score of each evaluation a trial's run
@@ -24,6 +31,7 @@ storage while it runs (docs/tuning.md)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -51,10 +59,30 @@ PATIENCE = 60.0
 WAIT_POLL = 2.0
 #: what `metric` may not be: a test set (a study selects on dev data only)
 TEST_WORDS = ("test",)
+#: a trial's own failures (a diverged run, a bug) in a row after which a worker stops (--failures-in-a-row)
+FAILURES_IN_A_ROW = 3
+#: a configuration whose worker dies (killed, silent past the heartbeat) this many times is given up
+RETRIES = 3
+#: errors of the machine, not of a configuration: every trial would fail alike (a full disk or quota, a file too
+#: large, a read-only or forbidden store)
+MACHINE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent",
+                  errno.EFBIG: "the file size limit is reached", errno.EROFS: "the store is read-only",
+                  errno.EACCES: "the store may not be written", errno.EPERM: "the store may not be written"}
+#: a study's name: a file name's letters, no path parts (it names the study's lock files)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 class TuneError(ValueError):
     """A study that cannot start, in one line that names the fix."""
+
+
+class StudyStopped(ValueError):
+    """A study that cannot succeed as it is (the machine, the space, a run that keeps failing): one line, what was
+    kept and how to go on."""
+
+
+class SpaceRefused(ValueError):
+    """Optuna cannot draw a configuration from the space (a bound it cannot sample)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +150,8 @@ def _dimension(name: str, spec: str, part: str) -> Dimension:
         low, high = float(low), float(high)
     except ValueError:
         raise TuneError(f"{part!r}: the bounds must be numbers") from None
+    if not math.isfinite(high - low):  # inf, nan, or a width no float holds: nothing can be drawn
+        raise TuneError(f"{part!r}: the bounds must be finite numbers, less than 1e308 apart")
     if not low < high:
         raise TuneError(f"{part!r}: the lower bound must be below the upper")
     log = how in ("log", "intlog")
@@ -189,11 +219,24 @@ class Study:
     heartbeat: tuple = HEARTBEAT
     prune: str | None = None  # Optuna's pruner (pruner()); None: every trial's run trains to its end
     patience: float = PATIENCE  # seconds the study's bookkeeping waits for a storage that stopped answering
+    failures: int = FAILURES_IN_A_ROW  # a trial's own failures in a row after which a worker stops
 
     def __post_init__(self):
         self.space = [d if isinstance(d, Dimension) else Dimension(**{**d, "choices": tuple(d.get("choices", ()))})
                       for d in self.space]
+        if self.name is not None and not NAME.fullmatch(self.name):
+            raise TuneError(f"--study {self.name!r}: a study's name is letters, digits, '.', '_' and '-', starting "
+                            "with a letter or digit (it names files under the store's locks/)")
+        if self.heartbeat[0] < 1 or self.patience < 0 or self.failures < 1:
+            raise TuneError(f"--heartbeat takes 1 s or more, --storage-patience 0 s or more and --failures-in-a-row "
+                            f"1 or more, got {self.heartbeat[0]}, {self.patience:g} and {self.failures}")
         self.name = self.name or self.default_name()
+
+    def identity(self) -> dict:
+        """What a study is of: one preset, profile, objective (the dev metric) and base settings; its space may
+        change between commands (each trial records its own)."""
+        return {"preset": self.preset, "profile": self.profile, "metric": self.config({}).metric,
+                "settings": sorted(self.overrides)}
 
     def default_name(self) -> str:
         what = {"preset": self.preset, "profile": self.profile, "overrides": sorted(self.overrides),
@@ -245,8 +288,22 @@ def check(study: Study) -> None:
                 study.config({dim.name: value})
             except (TypeError, ValueError) as error:
                 raise TuneError(f"space dimension {dim.name}: {value!r} is refused by the run ({error})") from None
+    _draw_each(study.space)
     pruner(study.prune)
     open_storage(study)
+
+
+def _draw_each(space: list) -> None:
+    """A configuration drawn from the space by Optuna in memory: a bound it cannot sample is refused at the door."""
+    import optuna
+
+    _quiet_optuna()
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(0)).ask()
+    for dim in space:
+        try:
+            dim.suggest(trial)
+        except (ValueError, OverflowError) as error:
+            raise TuneError(f"space dimension {dim.name}: Optuna cannot draw from it ({error})") from None
 
 
 def open_storage(study: Study):
@@ -266,8 +323,8 @@ def open_storage(study: Study):
         # workers sharing the results store create a new storage one at a time (SQLite's and PostgreSQL's table
         # creation race otherwise); a worker elsewhere is tried again
         return study_storage.open_rdb(url, study.heartbeat, study.patience,
-                                      study.root() / "locks" / "study-storage.lock")
-    except study_storage.DamagedStudyFile:
+                                      study.root() / "locks" / "study-storage.lock", _run_silent_trial_again)
+    except (study_storage.DamagedStudyFile, study_storage.StorageFull):
         raise
     except Exception as error:  # sqlalchemy's and the driver's errors: a storage that cannot be reached or read
         words = str(error).splitlines()[0][:300]
@@ -289,10 +346,32 @@ def _quiet_optuna() -> None:
 
 
 def load(study: Study):
+    """The Optuna study, created where new, its identity stored with it; another preset, profile, objective or base
+    settings under the same name is refused in one line naming both."""
     import optuna
+    from filelock import FileLock
 
-    return optuna.create_study(study_name=study.name, storage=open_storage(study), sampler=sampler(study.seed, 0),
-                               pruner=pruner(study.prune), direction="maximize", load_if_exists=True)
+    optuna_study = optuna.create_study(study_name=study.name, storage=open_storage(study),
+                                       sampler=sampler(study.seed, 0), pruner=pruner(study.prune),
+                                       direction="maximize", load_if_exists=True)
+    mine, found = study.identity(), optuna_study.user_attrs.get("identity")
+    if found is None:
+        study.lock_path().parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(study.lock_path())):  # two new commands at once: the first one's identity stays
+            found = optuna_study.user_attrs.get("identity")
+            if found is None:
+                optuna_study.set_user_attr("identity", mine)
+                found = mine
+    if found != mine:
+        raise TuneError(f"study {study.name} is a study of {_described(found)}; this command is of {_described(mine)}: "
+                        "a study is one preset, profile, objective and base settings. Name another study (--study), "
+                        "or none: the name then follows from what is searched")
+    return optuna_study
+
+
+def _described(identity: dict) -> str:
+    settings = " ".join(identity["settings"]) or "no --set"
+    return f"{identity['preset']} on {identity['profile']}, {identity['metric']}, {settings}"
 
 
 def sampler(seed: int, place: int):
@@ -316,8 +395,10 @@ def next_trial(study: Study, optuna_study, say=None):
     path = study.lock_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path)):
+        _beat_for_live_workers(study, optuna_study)  # the lock decides liveness, not the heartbeat
         optuna.storages.fail_stale_trials(optuna_study)  # a storage without heartbeats (the journal) has none
         trials = optuna_study.get_trials(deepcopy=False)  # read once: nothing else asks while the lock is held
+        _stop_where_trials_fail(study, trials)
         if run_orphans_again(study, optuna_study, trials, say or _say):
             trials = optuna_study.get_trials(deepcopy=False)
         waiting = any(t.state == TrialState.WAITING for t in trials)
@@ -334,6 +415,44 @@ def next_trial(study: Study, optuna_study, say=None):
         lock = holder_lock(str(study.trial_lock_path(trial.number)))
         lock.acquire(timeout=0)  # a new number: nobody else holds it
         return trial, lock
+
+
+def _beat_for_live_workers(study: Study, optuna_study) -> None:
+    """A heartbeat for each running trial whose worker holds its trial lock (alive, though stopped, suspended or slow),
+    so that the heartbeat's check fails only trials no live worker of this store holds."""
+    from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+    from optuna.trial import TrialState
+
+    storage = optuna_study._storage  # Optuna 5.1: Study has no public accessor of its storage
+    if not (isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage)):
+        return
+    for trial in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if _held(study.trial_lock_path(trial.number)):
+            storage.record_heartbeat(trial._trial_id)
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the trial lock at `path`."""
+    from filelock import FileLock, Timeout
+
+    if not path.is_file():
+        return False
+    probe = FileLock(str(path))  # not a holder lock: the file keeps saying who holds it
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return True
+    probe.release()
+    return False
+
+
+def _stop_where_trials_fail(study: Study, trials: list) -> None:
+    """StudyStopped where the trials' own failures (not kills, not the machine's) reach the study's total."""
+    failed = [t for t in trials if "error" in t.user_attrs]
+    if len(failed) >= study.trials:
+        raise StudyStopped(f"{len(failed)} trials of study {study.name} failed, as many as its total (the last: "
+                           f"{failed[-1].user_attrs['error']}): the study stops. Mend what fails them (--debug shows "
+                           "a trial's traceback), then start a new study (another --study, or --seed)")
 
 
 def drawn(trials: list) -> int:
@@ -358,21 +477,29 @@ def run_orphans_again(study: Study, optuna_study, trials: list, say) -> int:
     again = 0
     for trial in trials:
         path = study.trial_lock_path(trial.number)
-        if trial.state == TrialState.RUNNING and path.is_file() and _run_again_if_free(study, optuna_study, trial):
-            say(f"trial {trial.number} was left running by {describe_holder(lock_holder(path))}, which is gone: it "
-                "is run again (its run reused from the store, or resumed from its checkpoint)")
-            again += 1
+        if trial.state != TrialState.RUNNING or not path.is_file():
+            continue
+        holder = describe_holder(lock_holder(path))
+        queued = _run_again_if_free(study, optuna_study, trial)
+        if queued is None:
+            continue
+        if queued:
+            say(f"trial {trial.number} was left running by {holder}, which is gone: it is run again (its run reused "
+                "from the store, or resumed from its checkpoint)")
+        else:
+            say(f"trial {trial.number} was left running by {holder}, which is gone, and its configuration's worker "
+                f"has now died {RETRIES + 1} times: the configuration is given up and a new one is drawn in its "
+                "place (docs/tuning.md, 'When things go wrong')")
+        again += 1
     return again
 
 
-def _run_again_if_free(study: Study, optuna_study, trial) -> bool:
+def _run_again_if_free(study: Study, optuna_study, trial) -> bool | None:
     """Where no live worker holds running `trial` (its trial lock is free), mark it failed and enqueue its
-    parameters again (Optuna's retry callback: the new trial is marked `failed_trial`); whether it did."""
+    parameters again (queue_again, a death counted): whether it was queued (False: given up); None where a live
+    worker holds it, or it was told meanwhile."""
     from filelock import FileLock, Timeout
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
-
-    from .study_storage import RETRIES
 
     path = study.trial_lock_path(trial.number)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -380,18 +507,42 @@ def _run_again_if_free(study: Study, optuna_study, trial) -> bool:
     try:
         probe.acquire(timeout=0)
     except Timeout:
-        return False  # its worker is alive
+        return None  # its worker is alive
     try:
         current = [t for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                    if t.number == trial.number]
         if not current:  # told between the caller's read and the lock
-            return False
+            return None
         optuna_study.tell(trial.number, state=TrialState.FAIL)
-        # the callback the heartbeat runs for a silent trial: the same retry, counted the same way
-        RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)(optuna_study, current[0])
-        return True
+        return queue_again(optuna_study, current[0], died=True)
     finally:
         probe.release()
+
+
+def _run_silent_trial_again(optuna_study, trial) -> None:
+    """The heartbeat's callback for a trial it failed (silent past the grace period, no live worker of this store
+    holding it): its configuration queued again, a death counted."""
+    queue_again(optuna_study, trial, died=True)
+
+
+def queue_again(optuna_study, trial, died: bool) -> bool:
+    """Trial `trial`'s configuration queued to run next (a WAITING trial, as Optuna's
+    RetryHeartbeatStaleTrialCallback adds, marked `failed_trial` so that it is no new draw), unless its worker has
+    died (`died`: killed, silent) more than RETRIES times: then it is given up (False). A trial stopped by a signal
+    or by the machine's fault is queued again without counting a death."""
+    import optuna
+    from optuna.trial import TrialState
+
+    history = trial.system_attrs.get("retry_history", [])
+    deaths = trial.system_attrs.get("deaths", 0) + died
+    if deaths > RETRIES:
+        return False
+    optuna_study.add_trial(optuna.trial.create_trial(
+        state=TrialState.WAITING, params=trial.params, distributions=trial.distributions,
+        user_attrs={k: v for k, v in trial.user_attrs.items() if k != "error"},
+        system_attrs={"failed_trial": history[0] if history else trial.number,
+                      "retry_history": [*history, trial.number], "deaths": deaths}))
+    return True
 
 
 def still_running(study: Study, optuna_study) -> tuple[list[str], list[str]]:
@@ -427,11 +578,15 @@ def run_trial(study: Study, trial, store: ResultStore) -> float:
 
     from ..train.loop import TrainingPruned
 
-    params = {dim.name: dim.suggest(trial) for dim in study.space}
+    try:
+        params = {dim.name: dim.suggest(trial) for dim in study.space}
+    except (ValueError, OverflowError) as error:  # Optuna's own refusal of a bound (OverflowError: a width too wide)
+        raise SpaceRefused(f"{type(error).__name__}: {error}") from error
     cfg = study.config(params)
     key = store.key(cfg)
     with _saying_what_is_kept(store, key, trial.number):
         trial.set_user_attr("key", key)
+        trial.set_user_attr("space", [asdict(d) for d in study.space])
         start = time.perf_counter()
         try:
             record = store.get(cfg, (), on_dev=_reporter(trial) if study.prune else None)
@@ -448,22 +603,28 @@ def run_trial(study: Study, trial, store: ResultStore) -> float:
 def _saying_what_is_kept(store: ResultStore, key: str | None, number: int | None):
     """A storage that stays away, said with what became of trial `number`'s run (None: between trials) and how to
     go on."""
-    from .study_storage import StorageAway
+    from .study_storage import StorageAway, StorageFull
 
     try:
         yield
     except StorageAway as away:
-        if key is not None and store.record_path(key).is_file():
-            kept = (f"trial {number}'s run is stored ({store.run_dir(key)}): run the same command again when the "
-                    "storage answers, and the trial takes its run from the store, nothing retrained")
-        elif key is not None and (store.run_dir(key) / "checkpoints").is_dir():
-            kept = (f"trial {number}'s run keeps its last checkpoint ({store.run_dir(key)}): run the same command "
-                    "again when the storage answers, and it resumes from there")
-        elif number is not None:
-            kept = f"trial {number} had trained nothing yet: run the same command again when the storage answers"
-        else:
-            kept = "no trial of this worker was running: run the same command again when the storage answers"
-        raise StorageAway(f"{away}; {kept}") from None
+        when = "there is room again" if isinstance(away, StorageFull) else "the storage answers"
+        raise type(away)(f"{away}; {what_is_kept(store, key, number, when)}") from None
+
+
+def what_is_kept(store: ResultStore, key: str | None, number: int | None, when: str) -> str:
+    """What became of trial `number`'s run (key; None: between trials), and how to go on once `when`."""
+    from ..train.loop import CHECKPOINT
+
+    if key is not None and store.record_path(key).is_file():
+        return (f"trial {number}'s run is stored ({store.run_dir(key)}): run the same command again when {when}, "
+                "and the trial takes its run from the store, nothing retrained")
+    if key is not None and (store.run_dir(key) / CHECKPOINT).is_dir():
+        return (f"trial {number}'s run keeps its last checkpoint ({store.run_dir(key)}): run the same command again "
+                f"when {when}, and it resumes from there")
+    if number is not None:
+        return f"trial {number} had trained nothing yet: run the same command again when {when}"
+    return f"no trial of this worker was running: run the same command again when {when}"
 
 
 def _reporter(trial):
@@ -477,8 +638,8 @@ def _reporter(trial):
 
 def work(study: Study, say=_say) -> int:
     """One worker: trials until the study holds its total and no live worker runs one of them (it waits for those,
-    so a study it ends is finished); the number it ran."""
-    optuna_study, store, ran, waited = load(study), study.store(), 0, None
+    so a study it ends is finished); the number it ran. `study.failures` of its trials failing in a row stop it."""
+    optuna_study, store, ran, waited, in_a_row = load(study), study.store(), 0, None, 0
     while True:
         with _saying_what_is_kept(store, None, None):
             asked = next_trial(study, optuna_study, say)
@@ -486,9 +647,15 @@ def work(study: Study, say=_say) -> int:
         if asked is not None:
             trial, lock = asked
             try:
-                ran += run_and_tell(study, optuna_study, trial, store, say)
+                counted = run_and_tell(study, optuna_study, trial, store, say)
             finally:
                 lock.release()
+            ran, in_a_row = ran + counted, 0 if counted else in_a_row + 1
+            if in_a_row >= study.failures:
+                raise StudyStopped(f"{in_a_row} trials failed in a row (the last, trial {trial.number}: "
+                                   f"{_error_of(optuna_study, trial.number)}): this worker stops, as the next would "
+                                   f"likely fail too. Mend the cause (--debug shows a trial's traceback) and run the "
+                                   f"same command again, or allow more (--failures-in-a-row, now {study.failures})")
             continue
         if not alive:
             if unjudged:
@@ -503,9 +670,12 @@ def work(study: Study, say=_say) -> int:
 
 
 def run_and_tell(study: Study, optuna_study, trial, store: ResultStore, say) -> int:
-    """Run one trial and tell the study its outcome; 1 where it counts toward the total (complete or pruned)."""
+    """Run one trial and tell the study its outcome; 1 where it counts toward the total (complete or pruned), 0 for
+    a trial's own failure (recorded with its error, replaced by a new draw). A fault of the machine or the space
+    stops the study (StudyStopped), and a signal stops it (KeyboardInterrupt), the trial's configuration queued to
+    run first when the command runs again."""
     import optuna
-    from optuna.storages._heartbeat import get_heartbeat_thread  # what study.optimize runs around each trial
+    from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna 5.1: what Study.optimize runs around a trial
     from optuna.trial import TrialState
 
     from .study_storage import DamagedStudyFile, StorageAway
@@ -514,18 +684,81 @@ def run_and_tell(study: Study, optuna_study, trial, store: ResultStore, say) -> 
         with get_heartbeat_thread(trial._trial_id, optuna_study._storage):
             value = run_trial(study, trial, store)
     except optuna.TrialPruned:  # counted in the total with the last dev score it reported
-        optuna_study.tell(trial, state=TrialState.PRUNED)
+        _tell(study, optuna_study, trial, store, state=TrialState.PRUNED)
         return 1
     except (StorageAway, DamagedStudyFile):  # the storage's fault, not the trial's: nothing to tell it
         raise
-    except Exception as error:  # a run that fails is a failed trial, replaced by another; the study goes on
-        optuna_study.tell(trial, state=TrialState.FAIL)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the study continues on rerun with this configuration
+        _hand_back(optuna_study, trial)
+        raise
+    except Exception as error:
+        fault = _fault(error)
+        if fault is not None:
+            raise StudyStopped(f"trial {trial.number} failed: {fault}; the study stops, as every trial would fail "
+                               f"alike, and {_hand_back(optuna_study, trial)}; "
+                               f"{what_is_kept(store, trial.user_attrs.get('key'), trial.number, 'it is mended')}"
+                               ) from None
         trial_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        trial.set_user_attr("error", trial_error)
+        _tell(study, optuna_study, trial, store, state=TrialState.FAIL)
         say(f"trial {trial.number} failed: {trial_error}")
         return 0
-    with _saying_what_is_kept(store, trial.user_attrs.get("key"), trial.number):
-        optuna_study.tell(trial, value)
+    _tell(study, optuna_study, trial, store, values=value)
     return 1
+
+
+def _tell(study: Study, optuna_study, trial, store: ResultStore, **outcome) -> None:
+    """Tell the trial's outcome; a trial failed behind this worker's back (it was stopped past the heartbeat's grace,
+    and a worker that does not share this store judged it dead) ends the worker in one line."""
+    from optuna.trial import TrialState
+
+    with _saying_what_is_kept(store, trial.user_attrs.get("key"), trial.number):
+        state = _state(optuna_study, trial.number)
+        if state != TrialState.RUNNING:
+            raise StudyStopped(f"trial {trial.number} was marked {state.name.lower()} by another worker while this "
+                               f"one was silent past the heartbeat's grace ({study.heartbeat[1]} s): its "
+                               "configuration was queued again there. "
+                               f"{what_is_kept(store, trial.user_attrs.get('key'), trial.number, 'you like').capitalize()}")
+        optuna_study.tell(trial, **outcome)
+
+
+def _state(optuna_study, number: int):
+    return next(t.state for t in optuna_study.get_trials(deepcopy=False) if t.number == number)
+
+
+def _error_of(optuna_study, number: int) -> str:
+    return next(t.user_attrs.get("error", "") for t in optuna_study.get_trials(deepcopy=False) if t.number == number)
+
+
+def _fault(error: BaseException) -> str | None:
+    """The machine's or the space's fault behind a trial's failure, in words (None: the trial's own failure)."""
+    if isinstance(error, SpaceRefused):
+        return f"Optuna cannot draw from the space ({error}): give bounds it can sample (--space)"
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in MACHINE_ERRNOS:
+            return f"{MACHINE_ERRNOS[error.errno]} ({error})"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _hand_back(optuna_study, trial) -> str:
+    """The trial failed and its configuration queued to run first (no death counted); what was done, in words. Where
+    the storage cannot take it (full, away), the trial stays running and a rerun takes it up at once (its lock is
+    released when this process ends)."""
+    from optuna.trial import TrialState
+
+    from .study_storage import StorageAway
+
+    try:
+        optuna_study.tell(trial, state=TrialState.FAIL)
+        frozen = next(t for t in optuna_study.get_trials(deepcopy=False) if t.number == trial.number)
+        queue_again(optuna_study, frozen, died=False)
+        return f"trial {trial.number}'s configuration runs first when the same command runs again"
+    except StorageAway:
+        return (f"trial {trial.number} stays running in the storage (which cannot take more now); the same command "
+                "run again takes its configuration up first")
 
 
 def run(study: Study, workers: int = 1, cluster: str = "local", say=print) -> list[dict]:
@@ -550,12 +783,42 @@ def unfinished(study: Study, optuna_study) -> int:
 
 
 def local_workers(study: Study, workers: int, say) -> None:
+    """`workers` local processes on the study, each in its own session: a signal to this command (Ctrl-C, SIGTERM)
+    is passed to each as SIGTERM, and the command waits for them to hand their trials back before it stops."""
     spec = json.dumps({**asdict(study), "space": [asdict(d) for d in study.space]})
-    procs = [subprocess.Popen([sys.executable, "-m", "cse_kit.experiments.tuning", spec]) for _ in range(workers)]
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        say(f"{sum(1 for c in codes if c)} of {workers} workers stopped early (exit {max(codes)}); rerun the same "
-            "command to finish the study")
+    procs = [subprocess.Popen([sys.executable, "-m", "cse_kit.experiments.tuning", spec], start_new_session=True)
+             for _ in range(workers)]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        _stop_workers(procs)
+        raise
+    stopped = [f"pid {p.pid} {_ended(code)}" for p, code in zip(procs, codes) if code]
+    if stopped:
+        say(f"{len(stopped)} of {workers} workers stopped early ({', '.join(stopped)}); rerun the same command to "
+            "finish the study")
+
+
+def _ended(code: int) -> str:
+    """How a worker process ended: `exit N`, or `killed by SIGNAME` (Popen's negative return code)."""
+    import signal
+
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+
+
+def _stop_workers(procs: list, grace: float = 60.0) -> None:
+    """SIGTERM to each worker still running, then wait for each to hand its trial back (SIGKILL after `grace` s)."""
+    import signal
+
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def slurm_workers(study: Study, workers: int, say) -> None:
@@ -664,12 +927,18 @@ def best(study: Study, trials: list[dict] | None = None) -> dict:
 
 def chosen_on_test(study: Study, seeds: list[int], evaluations=("sts_test",), workers: int = 1,
                    cluster: str = "local") -> list[dict]:
-    """The chosen configuration trained (or read) over seeds and tested: the study's only test-set reads. With
+    """The chosen configuration trained (or read) over seeds and tested: the study's only test-set reads, of a
+    configuration the study evaluated on dev (its trial's run is the study seed's run). With
     workers (local processes or SLURM jobs, as the report's: parallel.compute_all) the runs the store lacks are
     computed by them first, in the precision the study's jobs trained in (sent_to_jobs)."""
     from ..results import parallel
 
-    params, store = best(study)["params"], study.store()
+    winner, store = best(study), study.store()
+    params = winner["params"]
+    if winner["key"] != store.key(study.config(params)):  # the study's identity makes this a stale store's doing
+        raise TuneError(f"study {study.name}'s chosen trial {winner['number']} was run {winner['key']}, but its "
+                        f"settings now make run {store.key(study.config(params))}: the test would score a "
+                        "configuration the study never evaluated on dev")
     runs = [parallel.for_workers(study.config(params, seed), cluster) for seed in seeds]
     if parallel.uses_workers(workers, cluster):
         parallel.compute_all(store, [(cfg, evaluations) for cfg in runs], workers, cluster)
@@ -687,12 +956,26 @@ def trial_table(trials: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _interrupted(signum, frame):
+    import signal
+
+    for s in (signal.SIGTERM, signal.SIGINT):  # one stop: handing the trial back is not interrupted again
+        signal.signal(s, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":  # a worker process of run()
+    import signal
+
     spec = json.loads(sys.argv[1])
     spec["heartbeat"] = tuple(spec["heartbeat"])
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _interrupted)
     try:
         work(Study(**spec))
-    except ValueError as error:  # the storage away or damaged (what was kept), a study refused: one line
+    except KeyboardInterrupt:  # its trial handed back; the command that started it says so
+        sys.exit(128 + signal.SIGTERM)
+    except ValueError as error:  # the storage away, full or damaged, a study stopped or refused: one line
         _say(f"cse-kit tune worker: {error}")
         sys.exit(2)

@@ -70,6 +70,8 @@ class TrainingPruned(Exception):
 
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
+#: The run folder's checkpoint of its last saved step (what a stopped run resumes from).
+CHECKPOINT = "checkpoint"
 #: The checkpoint being written beside the last one.
 NEW_CHECKPOINT = ".checkpoint.new"
 
@@ -194,7 +196,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     finished = _finished_run(cfg, run)
     if finished is not None:
         return finished
-    checkpoint = recover_dir(run / "checkpoint")
+    checkpoint = recover_dir(run / CHECKPOINT)
     resumed = (checkpoint / STATE).is_file()
     changes = _resume_changes(cfg, run, checkpoint, resume_with_changes) if resumed else {}
     training = _Training.set_up(cfg, run, checkpoint)
