@@ -137,7 +137,8 @@ def test_every_promptbert_preset_trains_on_the_smoke_profile_and_evaluates_as_it
             for i, n in enumerate((mask.sum(-1) - len(template)).tolist()):
                 positions = torch.arange(len(template)) + first_position(model)
                 positions[len(template.before):] += n
-                out = model(input_ids=empty, position_ids=positions[None]).last_hidden_state
+                out = model(input_ids=empty, attention_mask=torch.ones_like(empty),  # as the kit: one sequence
+                            position_ids=positions[None]).last_hidden_state
                 want[i] -= mask_states(out, empty, template.mask_token_id)[0]
     np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
 
