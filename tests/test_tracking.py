@@ -118,6 +118,20 @@ def test_which_trackers_a_run_logs_to(monkeypatch):
         chosen_trackers(None)
 
 
+def test_log_with_none_writes_no_tracker_file(data_dir, tmp_path, offline_trackers, capsys):
+    """`cse-kit train --log-with none` (as `--set log_with=none`): the run records none and no tracker writes a file,
+    though TensorBoard, the default where installed, is installed here."""
+    from cse_kit.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "simcse-bert", "--profile", "smoke", "--max-steps", "2", "--no-progress",
+                 "--output-dir", str(run), "--data-dir", str(data_dir), "--log-with", "none"]) == 0
+    assert json.loads((run / "config.json").read_text())["log_with"] == "none"
+    assert "watch its curves" not in capsys.readouterr().out
+    assert not (run / STATE_FILE).exists()
+    assert not [path for path in run.rglob("*") if "tfevents" in path.name or path.name in ("wandb", "mlruns")]
+
+
 @pytest.mark.parametrize("command", [["train", "--preset", "simcse-bert", "--profile", "smoke"], ["report"]])
 def test_a_misspelt_tracker_is_one_line_before_anything_runs(command, capsys):
     from cse_kit.cli import main

@@ -309,7 +309,9 @@ TrainConfig.__init__ = _init_with_former_names
 def parse_value(config_field: dataclasses.Field, text: str):
     """A `--set key=value` string as the field's type."""
     kind = str(config_field.type)
-    if text.lower() in ("none", "null") and "None" in kind:
+    # log_with=none turns the trackers off; unset (null) leaves them to $CSE_KIT_LOG_WITH and TensorBoard
+    if text.lower() in ("none", "null") and "None" in kind and not (config_field.name == "log_with"
+                                                                     and text.lower() == "none"):
         return None
     if kind.startswith("bool"):
         if text.lower() in ("true", "false", "1", "0", "yes", "no"):
