@@ -55,6 +55,14 @@ def test_a_space_reads_every_kind_of_dimension_and_refuses_a_malformed_one():
     (["--space", "lr=log(1e-5,1e-4)", "--prune", "patience"], "name one of median, percentile"),
     (["--space", "lr=log(1e-5,1e-4)", "--prune", "median(warmup=3)"], "MedianPruner refuses it .*warmup"),
     (["--space", "lr=log(1e-5,1e-4)", "--prune", "percentile(percentile=120)"], "PercentilePruner refuses it"),
+    (["--space", "lr=(1e-5,inf)"], "the bounds must be finite numbers"),
+    (["--space", "temp=(-1e308,1e308)"], "less than 1e308 apart"),
+    (["--space", "lr=log(1e-5,1e-4)", "--heartbeat", "0"], "--heartbeat takes 1 s or more"),
+    (["--space", "lr=log(1e-5,1e-4)", "--storage-patience", "-5"], "--storage-patience 0 s or more"),
+    (["--space", "lr=log(1e-5,1e-4)", "--failures-in-a-row", "0"], "--failures-in-a-row 1 or more"),
+    (["--space", "lr=log(1e-5,1e-4)", "--study", "a/b c;drop"], "a study's name is letters"),
+    (["--space", "lr=log(1e-5,1e-4)", "--study", "../../escape"], "a study's name is letters"),
+    (["--space", "lr=log(1e-5,1e-4)", "--storage", "nosuch://host/db"], "does not answer .*nosuch"),
 ])
 def test_bad_input_is_one_line_before_any_trial(args, words, data_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loop, "train", lambda *a, **k: pytest.fail("a trial ran"))
@@ -64,6 +72,22 @@ def test_bad_input_is_one_line_before_any_trial(args, words, data_dir, tmp_path,
     assert code == 2 and len(err) == 1 and err[0].startswith("cse-kit: error:"), err
     assert __import__("re").search(words, err[0]), err[0]
     assert "secret" not in err[0]  # a storage URL's password is not printed
+    if "--dashboard" not in args:  # every other refusal comes before the storage opens: nothing under locks/
+        assert not (tmp_path / "locks").exists() and not list(tmp_path.parent.glob("**/escape*"))
+
+
+def test_a_server_that_refuses_the_database_or_the_password_is_one_line_and_nothing_is_locked(postgresql, data_dir,
+                                                                                              tmp_path, capsys):
+    """A missing database and a wrong password on a real PostgreSQL: one line each, and no storage lock left under
+    locks/ for a storage that never opened."""
+    url = postgresql.database("refusing", "lab", "s3cret")
+    for wrong in (url.rsplit("/", 1)[0] + "/nosuchdb", url.replace("s3cret", "wrong")):
+        code = cli.main(["tune", "--preset", "simcse-bert", "--profile", "smoke", "--trials", "1", "--space",
+                         "lr=log(1e-5,1e-4)", "--storage", wrong, "--results-dir", str(tmp_path), "--data-dir",
+                         str(data_dir)])
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and "does not answer" in line and "s3cret" not in line and "wrong" not in line, line
+    assert not (tmp_path / "locks").exists()
 
 
 def test_a_study_reads_no_test_set_and_only_the_chosen_configuration_is_tested(data_dir, tmp_path, monkeypatch):

@@ -732,8 +732,12 @@ def _error_of(optuna_study, number: int) -> str:
 
 def _fault(error: BaseException) -> str | None:
     """The machine's or the space's fault behind a trial's failure, in words (None: the trial's own failure)."""
+    from ..data import DataError
+
     if isinstance(error, SpaceRefused):
         return f"Optuna cannot draw from the space ({error}): give bounds it can sample (--space)"
+    if isinstance(error, DataError):  # a dataset missing or unverified: the same for every trial
+        return f"{type(error).__name__}: {error}"
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
