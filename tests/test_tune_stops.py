@@ -274,3 +274,18 @@ def test_trials_that_fail_on_their_own_stop_the_worker_after_k_in_a_row(data_dir
     assert lines[-1].startswith("cse-kit: error: 2 trials failed in a row (the last, trial 1: NonFiniteLoss"), lines
     trials = _trials_on_disk(_sqlite(results))
     assert _states(trials) == ["FAIL", "FAIL"] and all("error" in t.user_attrs for t in trials)
+
+
+def test_what_a_stopped_trial_kept_names_its_checkpoint_where_the_loop_writes_it(data_dir, tmp_path):
+    """The line of a storage that stayed away: a trial whose run has a checkpoint (in the folder the training loop
+    writes, `checkpoint/`) "keeps its last checkpoint"; one with none "had trained nothing yet"."""
+    from cse_kit.train.loop import CHECKPOINT
+
+    study = _study(tmp_path, data_dir)
+    store = study.store()
+    key = store.key(study.config({"lr": 3e-5, "temp": 0.05}))
+    assert "had trained nothing yet" in tuning.what_is_kept(store, key, 2, "the storage answers")
+    (store.run_dir(key) / CHECKPOINT).mkdir(parents=True)
+    assert CHECKPOINT == "checkpoint" and tuning.what_is_kept(store, key, 2, "the storage answers") == (
+        f"trial 2's run keeps its last checkpoint ({store.run_dir(key)}): run the same command again when the storage "
+        "answers, and it resumes from there")
