@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU check a lab runs on a new node (issue 75 item 7), with no network, in under 8 minutes on one GPU:
+# One GPU check a lab runs on a new node (issue 75 item 7), with no network, meant to fit 8 minutes on one GPU. Built
+# and tested on CPU (--device cpu); on a GPU still to be measured: no GPU has run it yet.
 #
 #   bench/gpu_check.sh [--device cuda|cpu] [--out DIR] [--data-dir DIR] [--budget SECONDS]
 #

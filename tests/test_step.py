@@ -2,21 +2,30 @@
 recompilation, and no host reads between logging steps."""
 
 import collections
+import dataclasses
 import json
-import traceback
+import sys
+import tempfile
+from unittest import mock
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
+from torch.overrides import TorchFunctionMode
 
+from cse_kit.data.registry import ORDERED_CORPORA, is_nli
 from cse_kit.eval.encode import pad_length
+from cse_kit.methods.registry import method_class
 from cse_kit.results.identity import subject_dict
 from cse_kit.results.upgrade import new_subject
 from cse_kit.train import build_config, train
 from cse_kit.train import loop
+from cse_kit.train.config import CAPTURED, COMPILE_MODES
 from cse_kit.train.data import Batches, longest_row
-from cse_kit.train.step import TrainStep, compile_modules, pad_alike, resolve_padding
+from cse_kit.train.step import (COMPILED_GRAPHS, TrainStep, compile_line, compile_modules, graphs_table, pad_alike,
+                                 padding_line, resolve_padding)
 
+from conftest import REPO
 from test_grad_cache import _objective_and_batch, _step, assert_same_gradients
 
 
@@ -41,13 +50,22 @@ def test_a_runs_key_holds_the_padding_it_trains_with_and_a_record_from_before_ke
     assert new_subject(record, cfg.to_dict()) == subject_dict(cfg, cuda=False)
 
 
-def test_every_batch_is_padded_to_the_datas_longest_row(data_dir, tmp_path):
-    _, batches, _ = loop._training_data(build_config("simcse-bert", "smoke", {"data_dir": str(data_dir),
-                                                                             "pad_to": "fixed"}),
-                                        *_tokenizer_and_accelerator())
-    widths = {batches(i)["input_ids"].shape[-1] for i in range(batches.steps_per_epoch)}
-    longest = max(len(ids) for ids in batches.dataset["ids0"])
-    assert widths == {longest} == {batches.fixed_length}
+def _widths(padding: str, data_dir) -> tuple[list, Batches]:
+    """The width of every batch of an epoch of the smoke preset's data padded as `padding` says, rows up to 128
+    tokens long (at the smoke preset's 32 every batch holds a 32-token row, and every padding gives 32)."""
+    cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir), "pad_to": padding, "max_seq_length": 128})
+    _, batches, _ = loop._training_data(cfg, *_tokenizer_and_accelerator())
+    return [batches(i)["input_ids"].shape[-1] for i in range(batches.steps_per_epoch)], batches
+
+
+def test_every_batch_is_padded_to_the_datas_longest_row(data_dir):
+    """The same data's batches differ in length (each padded to its longest row: several widths), and `fixed` pads
+    every one of them to the data's longest row (one width)."""
+    longest, _ = _widths("longest", data_dir)
+    fixed, batches = _widths("fixed", data_dir)
+    data_longest = max(len(ids) for ids in batches.dataset["ids0"])
+    assert len(set(longest)) > 1 and max(longest) == data_longest  # the batches differ: the test pads for real
+    assert set(fixed) == {data_longest} == {batches.fixed_length}
 
 
 def _tokenizer_and_accelerator():
@@ -108,30 +126,95 @@ def _graphs_after_each_step(monkeypatch) -> list:
     return graphs
 
 
-#: the methods whose step traces with one shape; PromptBERT's denoising rows and DiffAug's stage 2 vary in number,
-#: so dynamo recompiles once for them, with that size dynamic (automatic dynamic shapes), in each stage's second step
-ONE_SHAPE = ("simcse-bert", "diffcse-bert-sts")
+def _assert_graphs_as_the_table_says(preset: str, graphs: list) -> None:
+    """Each stage's graphs after its first step and after each later step, exactly (COMPILED_GRAPHS)."""
+    assert {s for s, _ in graphs} == set(COMPILED_GRAPHS[preset])
+    for stage, (first, later) in COMPILED_GRAPHS[preset].items():
+        counts = [n for s, n in graphs if s == stage]
+        assert counts == [first] + [later] * (len(counts) - 1), f"stage {stage}: {counts}"
 
 
-@pytest.mark.parametrize("preset", [*ONE_SHAPE, *(pytest.param(p, marks=pytest.mark.slow) for p in (
-    "scd-bert", "esimcse-bert", "consert-bert", "promptbert-bert", "diffaug-semi-aux-bert"))])
-def test_a_compiled_step_at_fixed_shapes_has_no_graph_break_and_no_recompilation(preset, data_dir, tmp_path,
-                                                                                  monkeypatch):
+#: the presets the default suite compiles (SimCSE; DiffCSE's discriminator; ESimCSE's momentum encoder, and its x+,
+#: whose padding follows the run's); the others are slow
+QUICK_GRAPHS = ("simcse-bert", "diffcse-bert-sts", "esimcse-bert")
+
+
+@pytest.mark.parametrize("preset", [p if p in QUICK_GRAPHS else pytest.param(p, marks=pytest.mark.slow)
+                                    for p in COMPILED_GRAPHS])
+def test_a_compiled_step_at_fixed_shapes_makes_the_graphs_the_table_says(preset, data_dir, tmp_path, monkeypatch):
+    """dynamo traces each method's step with fullgraph=True (a graph break raises) at fixed shapes, and holds the
+    graphs COMPILED_GRAPHS says after each stage's first step and after every later one: none more (an input padded
+    to its batch's own length, ESimCSE's x+ say, compiles again in the second step)."""
     _eager_compile_counting(monkeypatch)
     graphs = _graphs_after_each_step(monkeypatch)
     cfg = build_config(preset, "smoke", {"data_dir": str(data_dir), "output_dir": str(tmp_path / "run"),
-                                         "max_steps": 20, "max_examples": 400, "pad_to": "fixed", "compile": True})
-    summary = train(cfg, progress=False)  # fullgraph=True: a graph break would raise
+                                         "max_steps": 4, "max_examples": 400, "pad_to": "fixed", "compile": True})
+    summary = train(cfg, progress=False)
     assert summary["steps"] == len(graphs) and not counters["graph_break"]
-    for stage in {s for s, _ in graphs}:
-        counts = [n for s, n in graphs if s == stage]
-        warm = 1 if preset in ONE_SHAPE else 2
-        assert len(set(counts[warm - 1:])) == 1, f"stage {stage} compiled again after step {warm}: {counts}"
-    assert counts[0] >= 1  # it compiled
+    _assert_graphs_as_the_table_says(preset, graphs)
 
 
-#: what reads a tensor's value on the host (a GPU step waits for the device there)
-HOST_READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [True, *COMPILE_MODES])
+def test_every_compile_mode_compiles_the_step_and_says_what_runs_on_a_cpu(mode, data_dir, tmp_path, monkeypatch,
+                                                                          capsys):
+    """Each mode the kit offers, compiled by inductor (C++ for the CPU) for SimCSE's step: the graphs the table
+    says, no graph break. On a CPU torch captures nothing: reduce-overhead and max-autotune ask inductor for CUDA
+    graphs, and its cudagraph trees skip every graph that is not on a CUDA device (`skipping cudagraphs due to cpu
+    device`, counted in counters["inductor"]["cudagraph_skips"]), so reduce-overhead runs inductor's default code
+    and max-autotune its autotuned code (as max-autotune-no-cudagraphs); the run says so in one line. 20-60 s a mode
+    on the 2-core EPYC (inductor compiles the forward and the backward)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    counters.clear()
+    graphs = _graphs_after_each_step(monkeypatch)
+    cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir), "output_dir": str(tmp_path / "run"),
+                                                "max_steps": 3, "max_examples": 400, "pad_to": "fixed",
+                                                "compile": mode})
+    train(cfg, progress=False)
+    assert not counters["graph_break"]
+    _assert_graphs_as_the_table_says("simcse-bert", graphs)
+    assert bool(counters["inductor"]["cudagraph_skips"]) == (mode in CAPTURED)
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"compile={mode} ")]
+    assert said == ([compile_line(mode, "cpu")] if mode in CAPTURED else [])
+
+
+def test_a_run_names_its_padding_and_what_a_cuda_graph_mode_runs_on_a_cpu(data_dir, tmp_path, capsys):
+    assert padding_line("auto", "longest", None) == ("padding: pad_to=auto on this machine: pad_to=longest, each "
+                                                     "batch to its longest row")
+    assert compile_line("reduce-overhead", "cpu") == ("compile=reduce-overhead captures the step in CUDA graphs, "
+                                                      "which need CUDA: on this cpu the step runs as compile=true "
+                                                      "(inductor's default mode), nothing captured")
+    assert "max-autotune-no-cudagraphs" in compile_line("max-autotune", "cpu")
+    assert compile_line("reduce-overhead", "cuda") is None and compile_line(True, "cpu") is None
+    cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir), "output_dir": str(tmp_path / "run"),
+                                                "max_steps": 1, "max_examples": 64, "pad_to": "fixed"})
+    train(cfg, progress=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("padding: pad_to=fixed, every batch to the training data's longest row (")
+
+
+def test_the_docs_show_the_graph_table():
+    assert graphs_table() in (REPO / "docs" / "training.md").read_text()
+
+
+#: what reads a tensor's value on the host (a GPU step waits for the device there): `.item()`, `.tolist()`,
+#: `.numpy()`, `float()`, `int()`, `bool()` of a tensor (`if tensor:` too) and a tensor as an index
+#: (`operator.index`); `.cpu()` and a `.to()` that moves a tensor to the CPU are counted by _moves_to_the_host
+HOST_READS = {"item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__"}
+
+
+def _moves_to_the_host(name: str, args: tuple, kwargs: dict) -> bool:
+    """`.cpu()`, or `.to()` to the CPU (by name or torch.device, positional or `device=`) without non_blocking: a
+    copy the host waits for. On a CPU every tensor is on the CPU already, so what a GPU would copy back counts; a
+    non-blocking `.to()` is the step's copy of its batch to the device (the host's own tensors, pinned)."""
+    if name == "cpu":
+        return True
+    if name != "to" or kwargs.get("non_blocking") or (len(args) > 2 and args[2] is True):
+        return False
+    targets = [*args[1:2], kwargs.get("device")]
+    return any(isinstance(t, (str, torch.device)) and torch.device(t).type == "cpu" for t in targets)
 
 
 def _where(filename: str) -> str:
@@ -139,65 +222,153 @@ def _where(filename: str) -> str:
     return filename[filename.rfind("cse_kit/"):] if "cse_kit/" in filename else filename.split("site-packages/")[-1]
 
 
-def _count_host_reads(monkeypatch, where: str, outside: str | None = None) -> collections.Counter:
-    """Calls of HOST_READS made from files under `where` ("cse_kit/": the loop and the methods; "": anyone, the
-    model's code too), but `outside`, while counting is on (counted["on"])."""
-    calls = collections.Counter()
-    on = {"on": False}
+class HostReads(TorchFunctionMode):
+    """Every host read (HOST_READS, _moves_to_the_host) made while `on`, by the code that makes it (the file and
+    function calling the tensor's method), from files under `where` ("cse_kit/": the loop and the methods; "":
+    anyone, the model's code too) but `outside`. One mechanism for every kind of read: torch hands each tensor
+    method and operator called under the mode to __torch_function__. Inside a graph dynamo traces it counts nothing
+    (torch.compiler.is_compiling(): a read there would be a graph break, which fullgraph=True refuses)."""
 
-    def counting(name):
-        read = getattr(torch.Tensor, name)
+    def __init__(self, where: str = "cse_kit/", outside: str | None = None, moves_in: str = "cse_kit/"):
+        super().__init__()
+        self.where, self.outside, self.moves_in = where, outside, moves_in
+        self.on, self.calls = False, collections.Counter()
 
-        def counted(self, *args, **kwargs):
-            if on["on"]:
-                frame = traceback.extract_stack(limit=2)[0]
-                if where in frame.filename and not (outside and outside in frame.filename):
-                    calls[f"{_where(frame.filename)}:{frame.name} {name}"] += 1
-            return read(self, *args, **kwargs)
-        return counted
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not torch.compiler.is_compiling() and self.on:
+            name = getattr(func, "__name__", "")
+            if name in HOST_READS or _moves_to_the_host(name, args, kwargs):
+                self._count(name, sys._getframe(1))
+        return func(*args, **kwargs)
 
-    for name in HOST_READS:
-        monkeypatch.setattr(torch.Tensor, name, counting(name))
-    return calls, on
+    def _count(self, name: str, frame) -> None:
+        filename = frame.f_code.co_filename
+        if name == "to" and self.moves_in not in filename:
+            # torch's and the model's own `.to(device)` keep a tensor on its device (clip_grad_norm_ stacks each
+            # gradient's norm on the first gradient's), which a CPU run cannot tell from a move to the host: a
+            # `.to()` counts in the kit's code (`moves_in`), whose step moves nothing to where it already is
+            return
+        if self.where in filename and not (self.outside and self.outside in filename):
+            self.calls[f"{_where(filename)}:{frame.f_code.co_name} {name}"] += 1
 
 
-def _between_logging_steps(monkeypatch, on: dict, first: int, last: int) -> None:
+def test_the_counter_counts_every_host_read_and_nothing_else():
+    """Each read the issue names, through the one mode; a device-side computation, a non-blocking copy and a dtype
+    change are not reads."""
+    x = torch.tensor([1.0, 2.0])
+    with HostReads(where="test_step.py", moves_in="test_step.py") as reads:
+        reads.on = True
+        x[0].item(), x.tolist(), x.numpy(), float(x[0]), int(x[0]), bool(x[0]), [1, 2][x[0].long()]
+        if x[0]:
+            x.cpu(), x.to("cpu"), x.to(torch.device("cpu")), x.to(device="cpu"), x.detach().to("cpu")
+        x.to(torch.float64), x.to("cpu", non_blocking=True), (x * 2).sum(), torch.where(x > 1, x, 0)
+    where = f"{_where(__file__)}:test_the_counter_counts_every_host_read_and_nothing_else"
+    assert reads.calls == collections.Counter({f"{where} {name}": n for name, n in {
+        "item": 1, "tolist": 1, "numpy": 1, "__float__": 1, "__int__": 1, "__bool__": 2, "__index__": 1,
+        "cpu": 1, "to": 4}.items()})
+
+
+def _between_logging_steps(monkeypatch, reads: HostReads, first: int, last: int) -> None:
     """Counting on from the start of step `first` (numbered from 1) to the start of step `last`, off while a step's
     host part makes its batch (the data, a method's host draws: no device value is read there)."""
     optimizer_step, host_batch = loop._Training.optimizer_step, TrainStep.host_batch
 
     def step(self):
-        on["on"] = first <= self.state["step"] + 1 < last
+        reads.on = first <= self.state["step"] + 1 < last
         return optimizer_step(self)
 
     def host(self, *args):
-        was, on["on"] = on["on"], False
+        was, reads.on = reads.on, False
         try:
             return host_batch(self, *args)
         finally:
-            on["on"] = was
+            reads.on = was
 
     monkeypatch.setattr(loop._Training, "optimizer_step", step)
     monkeypatch.setattr(TrainStep, "host_batch", host)
 
 
-#: DiffAug's template denoising runs one row per sentence length present, as the official code (models.py:281-284):
-#: it reads the longest length, once a step (a GPU waits for it there; the rows' number is the batch's to decide)
-DENOISING_READS = {"diffaug-semi-aux-bert": {"cse_kit/methods/diffaug.py:denoised __int__": 3}}
+#: the host reads the docs name (docs/training.md, "No host reads inside a step"), and nothing else: DiffAug's
+#: template denoising runs one row per sentence length present, as the official code (models.py:281-284): it reads
+#: the longest length, once a step (a GPU waits for it there; the rows' number is the batch's to decide)
+DOCUMENTED_READS = {"diffaug": {"cse_kit/methods/diffaug.py:denoised __int__": 3}}
 
 
-@pytest.mark.parametrize("preset", ["simcse-bert", "diffcse-bert-sts", "scd-bert", "esimcse-bert",
-                                    "promptbert-bert", "consert-bert", "diffaug-semi-aux-bert"])
-def test_the_loop_reads_nothing_from_the_device_between_two_logging_steps(preset, data_dir, tmp_path, monkeypatch):
+def _code_path(cfg) -> tuple:
+    """What of a run's settings picks the code its step runs: the method, each option of it that chooses (a word
+    or a switch; not a number, a model or a size, which change values only), whether ESimCSE keeps a queue, the
+    semi-supervised strategy and auxiliary loss, the pooler, and the kind of data (NLI triplets, an ordered
+    corpus's sentence pairs, sentences)."""
+    options = tuple(sorted((k, v) for k, v in cfg.method_options.items() if k not in ("generator", "projector")
+                           and (v is None or isinstance(v, (bool, str)))))
+    return (cfg.method, options, bool(cfg.method_options.get("queue_size")), cfg.semi_strategy, bool(cfg.aux_weight),
+            cfg.pooler, is_nli(cfg.data), cfg.data in ORDERED_CORPORA)
+
+
+def _report_configs(profile: str) -> list:
+    """Every training config the report's notebooks train on `profile`, as `cse-kit report --plan` lists them
+    (report.plan.plan: the notebooks' own row builders and defaults), without pricing them (which reads the data)."""
+    from cse_kit.report import plan as report_plan
+    from cse_kit.report.notebooks import NOTEBOOKS
+    from cse_kit.train.config import TrainConfig
+
+    with tempfile.TemporaryDirectory() as store, \
+            mock.patch.object(report_plan, "run_steps", lambda cfg, data_dir=None: (0, 0, [])):
+        runs = report_plan.plan(profile, [n for n in NOTEBOOKS if n in report_plan.NEEDS], store).runs
+    return [r.subject for r in runs.values() if isinstance(r.subject, TrainConfig)]
+
+
+def _path_name(cfg) -> str:
+    """The smoke preset and what the config changes of it that picks code (_code_path)."""
+    preset = build_config(cfg.preset, "smoke")
+    usual = preset.method_options if cfg.method == preset.method else \
+        {f.name: f.default for f in dataclasses.fields(method_class(cfg.method).Options)}
+    words = [f"{k}={v}" for k, v in sorted(cfg.method_options.items())
+             if (k, v) in _code_path(cfg)[1] and v != usual.get(k)]
+    if cfg.method == "esimcse" and _code_path(cfg)[2] != _code_path(preset)[2]:
+        words.append("queue_size=0")
+    words += [f"{k}={getattr(cfg, k)}" for k in ("method", "semi_strategy", "pooler", "data")
+              if getattr(cfg, k) != getattr(preset, k)]
+    return "+".join([cfg.preset, *words])
+
+
+def _report_code_paths() -> dict:
+    """{name: a smoke config} for each code path the report trains (_code_path): the seven methods' smoke presets
+    first, then the first smoke run of each other path."""
+    configs = {}
+    for cfg in [build_config(p, "smoke") for p in COMPILED_GRAPHS] + _report_configs("smoke"):
+        configs.setdefault(_code_path(cfg), cfg)
+    return {_path_name(cfg): cfg for cfg in configs.values()}
+
+
+REPORT_PATHS = _report_code_paths()
+#: the paths the default suite trains: the seven presets and DiffCSE's edits drawn on the host (insert, delete, all,
+#: and Table 15's extra view); the others are slow
+QUICK_PATHS = {*COMPILED_GRAPHS, "diffcse-bert-sts+edit=insert", "diffcse-bert-sts+edit=all",
+               "diffcse-bert-sts+edit=delete", "simcse-bert+edit=insert+task=negative+method=diffcse"}
+
+
+def test_the_host_read_test_trains_every_code_path_the_report_trains():
+    """The paper profile's report (what `cse-kit report --plan` bills: 994 runs) takes no code path that the smoke
+    paths below miss; among them DiffCSE's insertion and `all` edits (Tables 4 and 15)."""
+    assert {_code_path(c) for c in _report_configs("paper")} <= {_code_path(c) for c in REPORT_PATHS.values()}
+    assert QUICK_PATHS <= set(REPORT_PATHS)
+
+
+@pytest.mark.parametrize("path", [p if p in QUICK_PATHS else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in REPORT_PATHS])
+def test_the_loop_reads_nothing_from_the_device_between_two_logging_steps(path, data_dir, tmp_path, monkeypatch):
     """Steps 5-7 run between the logging steps 4 and 8 (log_steps 4; 8 evaluates too): the loop and the method read
-    no tensor's value there (transformers' eager attention asks whether a mask masks anything: a compiled step traces
-    that away)."""
-    calls, on = _count_host_reads(monkeypatch, "cse_kit/")
-    _between_logging_steps(monkeypatch, on, 5, 8)
-    cfg = build_config(preset, "smoke", {"data_dir": str(data_dir), "output_dir": str(tmp_path / "run"),
-                                         "max_steps": 8, "log_steps": 4, "eval_steps": 8})
-    train(cfg, progress=False)
-    assert calls == collections.Counter(DENOISING_READS.get(preset, {}))
+    no tensor's value there but the reads the docs name (transformers' eager attention asks whether a mask masks
+    anything: a compiled step traces that away), on every code path the report trains."""
+    cfg = dataclasses.replace(REPORT_PATHS[path], data_dir=str(data_dir), output_dir=str(tmp_path / "run"),
+                              max_steps=8, log_steps=4, eval_steps=8)
+    reads = HostReads("cse_kit/")
+    _between_logging_steps(monkeypatch, reads, 5, 8)
+    with reads:
+        train(cfg, progress=False)
+    assert reads.calls == collections.Counter(DOCUMENTED_READS.get(cfg.method, {}))
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     logged = {r["step"] for r in log if "loss" in r}
     assert {4, 8} <= logged and not {5, 6, 7} & logged
@@ -222,13 +393,14 @@ def test_a_compiled_step_reads_nothing_from_the_device_between_two_logging_steps
     """Compiled, the model's own mask check is traced away too: no read by anyone (but torch's unfused AdamW, which
     counts a CPU run's steps in host tensors; a GPU run's fused AdamW keeps them on the device)."""
     _eager_compile_counting(monkeypatch)
-    calls, on = _count_host_reads(monkeypatch, "", outside="torch/optim/")
-    _between_logging_steps(monkeypatch, on, 5, 8)
+    reads = HostReads("", outside="torch/optim/")
+    _between_logging_steps(monkeypatch, reads, 5, 8)
     cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir), "output_dir": str(tmp_path / "run"),
                                                 "max_steps": 8, "log_steps": 4, "eval_steps": 8, "pad_to": "fixed",
                                                 "compile": True})
-    train(cfg, progress=False)
-    assert not calls
+    with reads:
+        train(cfg, progress=False)
+    assert not reads.calls and not counters["graph_break"]
 
 
 @pytest.mark.parametrize("preset", ["diffcse-bert-sts", "esimcse-bert"])

@@ -287,48 +287,88 @@ class DiffCSE(SimCSE):
         edited[:, 0] = self.cls_id
         return edited, (edited != input_ids) & (attention_mask == 1), selected & (attention_mask == 1)
 
-    def _insert(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        rows = [insert_masks(r, self.mask_ratio, self.mask_id) for r in unpad(input_ids, attention_mask)]
-        ids, inserted, mask = pad_rows(*zip(*rows), self.pad_id, input_ids.device)
-        if inserted.any():  # the generator fills the inserted [MASK]s (argmax or a sample)
-            hidden = generator_head_input(self.generator, ids, mask)
-            ids[inserted] = self._generator_choices(hidden[inserted])
-        return ids, inserted, mask
+    #: the edits by their number in a drawn layout's `kinds` (`all` draws one per row)
+    EDITS = ("replace", "insert", "delete")
 
-    def _delete(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        rows = [delete_tokens(r, self.mask_ratio) for r in unpad(input_ids, attention_mask)]
-        return pad_rows(*zip(*rows), self.pad_id, input_ids.device)
+    def draw_edits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, kind: str | None = None) -> dict:
+        """What an edit draws per sentence, on the host (ids and mask on the CPU, before they move; a GPU step would
+        otherwise wait for the device to read each row): each row's edit (`kinds`, the EDITS' numbers: one at random
+        per row for `all`), the rows each edit takes (`replace_rows`, `insert_rows`: indices, so that whether an edit
+        has rows is their shape) and the edited rows laid out (`ids`, `labels`, `mask`: insertions as [MASK]s that
+        the generator fills on the device, deletions done; a replaced row keeps its ids, which replacement edits on
+        the device). Drawn from the global generator: the kinds, then each row's insertion or deletion in turn."""
+        kind = kind or self.edit_kind
+        rows = len(input_ids)
+        kinds = torch.randint(3, (rows,)) if kind == "all" else torch.full((rows,), self.EDITS.index(kind))
+        laid, flags = [], []
+        for row, k in zip(unpad(input_ids, attention_mask), kinds.tolist()):
+            edited = (row, [False] * len(row)) if k == 0 else \
+                insert_masks(row, self.mask_ratio, self.mask_id) if k == 1 else delete_tokens(row, self.mask_ratio)
+            laid.append(edited[0])
+            flags.append(edited[1])
+        ids, labels, mask = pad_rows(laid, flags, self.pad_id)
+        return {"kinds": kinds, "replace_rows": (kinds == 0).nonzero().flatten(),
+                "insert_rows": (kinds == 1).nonzero().flatten(), "ids": ids, "labels": labels, "mask": mask}
 
-    def _edit_as(self, kind: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if kind == "replace":
-            return (*self._replace(input_ids, attention_mask)[:2], attention_mask)
-        return self._insert(input_ids, attention_mask) if kind == "insert" else self._delete(input_ids, attention_mask)
-
-    def _edit_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Each row gets one of the three edits at random; the rows are re-padded together in their order."""
-        kinds = torch.randint(3, (len(input_ids),))
-        rows, flags = [None] * len(input_ids), [None] * len(input_ids)
-        for k, kind in enumerate(("replace", "insert", "delete")):
-            index = (kinds == k).nonzero().flatten().tolist()
-            if not index:
-                continue
-            ids, labels, mask = self._edit_as(kind, input_ids[index], attention_mask[index])
-            for i, row_ids, row_labels, row_mask in zip(index, ids, labels, mask):
-                rows[i], flags[i] = row_ids[row_mask == 1].tolist(), row_labels[row_mask == 1].tolist()
-        return pad_rows(rows, flags, self.pad_id, input_ids.device)
+    def _apply_edits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, drawn: dict
+                     ) -> tuple[torch.Tensor, ...]:
+        """(x'', labels, attention mask of x'') from the host's draws (draw_edits), on the device without reading
+        it: the replaced rows replaced (MLM corruption and the generator), the inserted [MASK]s filled by the
+        generator (argmax or a sample)."""
+        ids, labels, mask = drawn["ids"].clone(), drawn["labels"].clone(), drawn["mask"]
+        replaced, inserted = drawn["replace_rows"], drawn["insert_rows"]
+        if len(replaced):  # a replaced row keeps its length, at most the edited rows' width
+            edited, changed, _ = self._replace(input_ids[replaced], attention_mask[replaced])
+            width = ids.shape[1]
+            ids[replaced] = F.pad(edited[:, :width], (0, width - min(width, edited.shape[1])), value=self.pad_id)
+            labels[replaced] = F.pad(changed[:, :width], (0, width - min(width, changed.shape[1])))
+        if len(inserted):
+            rows, where = ids[inserted], labels[inserted]
+            hidden = generator_head_input(self.generator, rows, mask[inserted])
+            rows[where] = self._generator_choices(hidden[where])
+            ids[inserted] = rows
+        return ids, labels, mask
 
     @torch.no_grad()
-    def edit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, kind: str | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def edit(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, kind: str | None = None,
+             drawn: dict | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(edited ids x'', labels, attention mask of x''). Labels: replace: edited != original on real tokens;
-        insert: the inserted tokens; delete: the tokens whose predecessor was deleted."""
+        insert: the inserted tokens; delete: the tokens whose predecessor was deleted. `drawn`: the host's draws
+        (draw_edits, made by host_inputs before the batch moved); without them, replacement is drawn on the device
+        and the other edits here, from the ids read back from it."""
         kind = kind or self.edit_kind
         self._generator_mode()
-        if kind == "all":
-            edited, labels, mask = self._edit_all(input_ids, attention_mask)
+        if kind == "replace":
+            edited, labels, _ = self._replace(input_ids, attention_mask)
+            mask = attention_mask
         else:
-            edited, labels, mask = self._edit_as(kind, input_ids, attention_mask)
+            if drawn is None:
+                drawn = {k: v.to(input_ids.device) for k, v in self.draw_edits(input_ids.cpu(), attention_mask.cpu(),
+                                                                                  kind).items()}
+            edited, labels, mask = self._apply_edits(input_ids, attention_mask, drawn)
         return edited.masked_fill(mask == 0, self.edited_pad_id), labels, mask
+
+    def _edited_sentences(self, batch: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(ids, attention mask) of each group of sentences the task edits: the first view (Table 15's extra
+        positive or negative), else the task's sentences (_task_sentences)."""
+        if self.task in ("positive", "negative"):
+            return [(batch["input_ids"][:, 0], batch["attention_mask"][:, 0])]
+        return self._task_sentences(batch)
+
+    def host_inputs(self, batch: dict) -> dict:
+        """Insertion and deletion (`edit` insert, delete, all) drawn on the host for each group of sentences the task
+        edits, before the batch moves (draw_edits), as `edit{group}_{name}`; replacement is drawn on the device."""
+        if self.edit_kind == "replace" or self.task in ("cmlm", "corrective") or "input_ids" not in batch:
+            return batch
+        drawn = {f"edit{group}_{name}": value for group, (ids, mask) in enumerate(self._edited_sentences(batch))
+                 for name, value in self.draw_edits(ids, mask).items()}
+        return {**batch, **drawn}
+
+    def _edits(self, batch: dict) -> list[tuple[torch.Tensor, ...]]:
+        """(x'', labels, attention mask of x'') of each group of sentences the task edits, with the host's draws
+        where host_inputs made them."""
+        return [self.edit(ids, mask, drawn=_drawn(batch, group))
+                for group, (ids, mask) in enumerate(self._edited_sentences(batch))]
 
     def _generator_mode(self) -> None:
         if self.generator is not None:
@@ -442,9 +482,9 @@ class DiffCSE(SimCSE):
     def _conditional_task(self, batch: dict, pooled: torch.Tensor, projected: torch.Tensor) -> dict:
         h = projected if self.condition == "projector" else pooled
         loss, accuracy, labelled = 0.0, [], []
-        for ids, mask, row_h in self._task_rows(batch, h):
+        for group, (ids, mask, row_h) in enumerate(self._task_rows(batch, h)):
             if self.task == "rtd":
-                edited, labels, edited_mask = self.edit(ids, mask)
+                edited, labels, edited_mask = self.edit(ids, mask, drawn=_drawn(batch, group))
                 term, acc = self.rtd_loss(row_h, edited, labels, edited_mask)
                 labelled.append(labels.float()[edited_mask == 1].mean())
             elif self.task == "cmlm":
@@ -466,8 +506,7 @@ class DiffCSE(SimCSE):
 
     def _with_edited_view(self, batch: dict) -> dict:
         """The two views and the first view's edited copy as a third, padded to one width."""
-        ids, mask = batch["input_ids"][:, 0], batch["attention_mask"][:, 0]
-        edited, _, edited_mask = self.edit(ids, mask)
+        [(edited, _, edited_mask)] = self._edits(batch)
         edited = edited.masked_fill(edited_mask == 0, self.pad_id)  # encoded as an ordinary sentence
         length = max(batch["input_ids"].shape[-1], edited.shape[-1])
 
@@ -520,7 +559,7 @@ class DiffCSE(SimCSE):
         if self.task in ("positive", "negative"):
             return {"main": self._with_edited_view(batch)}
         main = {k: batch[k] for k in ("input_ids", "attention_mask")}
-        return {"main": main, "shared": [self.edit(ids, mask) for ids, mask in self._task_sentences(batch)]}
+        return {"main": main, "shared": self._edits(batch)}
 
     def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
         pooled = reps["main"].flatten(0, 1)
@@ -562,6 +601,13 @@ class DiffCSE(SimCSE):
                 row_h.backward(h.grad.to(row_h.dtype), retain_graph=True)  # h.grad already carries the scale
         return loss, {"rtd": loss, "rtd_accuracy": torch.stack(correct).mean().float(),
                       "edited": torch.stack(edited).mean()}
+
+
+def _drawn(batch: dict, group: int) -> dict | None:
+    """The host's draws for the group-th sentences the task edits (DiffCSE.host_inputs), or None."""
+    prefix = f"edit{group}_"
+    drawn = {k[len(prefix):]: v for k, v in batch.items() if k.startswith(prefix)}
+    return drawn or None
 
 
 def needs_generator(task: str, edit: str) -> bool:

@@ -28,7 +28,7 @@ def nli_cross_entropy(classifier: nn.Module, z: torch.Tensor) -> torch.Tensor:
     (anchor, contradiction) -> 0 (DiffAug models.py:314-325)."""
     u, v, w = z[:, 0], z[:, 1], z[:, 2]
     features = torch.cat([torch.cat([u, v, (u - v).abs()], 1), torch.cat([u, w, (u - w).abs()], 1)])
-    labels = torch.cat([torch.ones(len(u)), torch.zeros(len(u))]).long().to(z.device)
+    labels = (torch.arange(2 * len(u), device=z.device) < len(u)).long()  # made on the device: no copy to wait for
     return nn.functional.cross_entropy(classifier(features).float(), labels)
 
 

@@ -125,8 +125,9 @@ class TrainConfig:
     # next of a few lengths: a handful of shapes) | auto (fixed on CUDA, longest elsewhere). Masked positions add
     # nothing, but dropout draws its masks over the padded shape, so other padding is another draw of the same run
     pad_to: str = "auto"
-    # torch's deterministic algorithms, a fixed cuBLAS workspace and no cuDNN benchmarking: the same seed gives the
-    # same numbers twice on one GPU (cse_kit.train.determinism); a CPU run is deterministic either way
+    # torch's deterministic algorithms, a fixed cuBLAS workspace and no cuDNN benchmarking, so that the same seed
+    # gives the same numbers twice on one GPU (cse_kit.train.determinism; on a GPU still to be measured with
+    # bench/gpu_check.sh --device cuda); a CPU run is deterministic either way
     deterministic: bool = False
     log_steps: int = 10
     # the trackers that show the training curves (cse_kit.train.tracking): none, or a comma-separated list of

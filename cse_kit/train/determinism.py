@@ -1,4 +1,6 @@
-"""Repeating a run exactly (TrainConfig.deterministic): the same seed gives the same numbers twice on one GPU.
+"""Repeating a run exactly (TrainConfig.deterministic): built so that the same seed gives the same numbers twice on
+one GPU. Built and tested on CPU; on a GPU to be measured with `bench/gpu_check.sh --device cuda` (its two
+deterministic runs), which no GPU has run yet.
 
 A CPU run repeats to the last bit already (the kit's tests check bit-exact resume). On CUDA two runs of one seed
 differ in the last digits of their losses and dev scores, because some kernels sum in an order that depends on

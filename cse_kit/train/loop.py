@@ -49,7 +49,7 @@ from .precision import build_accelerator
 from .preemption import StopVote
 from .method_settings import former_layout
 from .presets import official_run, precision_words
-from .step import TrainStep, compile_modules, eager, optimizer_index, resolve_padding
+from .step import TrainStep, compile_line, compile_modules, eager, optimizer_index, padding_line, resolve_padding
 from .tracking import RunTrackers
 
 
@@ -459,9 +459,10 @@ class _Training:
             announce(_header(cfg, self.examples, self.first_stage, self.main_steps, self.run,
                              self.state["step"] if resumed else None,
                              precision_words(cfg, accelerator.mixed_precision)))
-            official = official_run(cfg)
-            if official:
-                announce(official)
+            for line in (official_run(cfg), padding_line(cfg.pad_to, self.batches.padding, self.batches.fixed_length),
+                         compile_line(cfg.compile, accelerator.device.type)):
+                if line:
+                    announce(line)
 
     def train_steps(self, progress: _Progress, on_dev) -> None:
         """Step until the last step, an early stop, a stop the run's processes agree on (TrainingStopped) or one

@@ -30,6 +30,60 @@ def resolve_padding(setting: str, cuda: bool | None = None) -> str:
     return "fixed" if cuda else "longest"
 
 
+#: how each padding pads a run's batches, in the words a run's first lines use
+PADDING_WORDS = {"longest": "each batch to its longest row", "fixed": "every batch to the training data's longest row",
+                 "buckets": "each batch to the next of 8, 16, 32, ... tokens"}
+
+
+def padding_line(setting: str, padding: str, fixed_length: int | None) -> str:
+    """The line a run names its padding in: what `pad_to` resolved to, and the width of a fixed shape."""
+    width = f" ({fixed_length} tokens)" if padding == "fixed" and fixed_length else ""
+    asked = f"pad_to={setting} on this machine: " if setting != padding else ""
+    return f"padding: {asked}pad_to={padding}, {PADDING_WORDS[padding]}{width}"
+
+
+#: what torch.compile runs for a mode that captures CUDA graphs (CAPTURED) on a device without CUDA: inductor's
+#: cudagraph trees skip every graph not on a CUDA device ("skipping cudagraphs due to cpu device"), so the step is
+#: compiled as this mode without CUDA graphs is
+WITHOUT_CUDA_GRAPHS = {"reduce-overhead": "compile=true (inductor's default mode)",
+                       "max-autotune": "compile=max-autotune-no-cudagraphs"}
+
+
+def compile_line(mode: bool | str, device_type: str) -> str | None:
+    """One line for a mode that captures CUDA graphs asked for on a device without CUDA: what runs instead."""
+    if mode not in CAPTURED or device_type == "cuda":
+        return None
+    return (f"compile={mode} captures the step in CUDA graphs, which need CUDA: on this {device_type} the step runs "
+            f"as {WITHOUT_CUDA_GRAPHS[mode]}, nothing captured")
+
+
+#: the graphs dynamo holds after a stage's first step and after every later step of it (counted over the run: a
+#: two-stage method's main stage adds to its first stage's), each method's smoke preset compiled at fixed shapes
+#: (pad_to=fixed) in any mode: the modes differ in what compiles a graph, not in what dynamo traces. One graph per
+#: compiled module (Objective.compiled_modules: DiffCSE's discriminator, ESimCSE's momentum encoder) and per kind of
+#: call of it (SCD's two dropout rates, ConSERT's augmented embeddings). PromptBERT's template denoising and DiffAug's
+#: main stage feed a number of rows that varies with the batch: dynamo compiles once more, in the stage's second
+#: step, with that size dynamic (automatic dynamic shapes), and never again. tests/test_step.py asserts each exactly.
+COMPILED_GRAPHS = {
+    "simcse-bert": {2: (1, 1)},
+    "diffcse-bert-sts": {2: (2, 2)},
+    "scd-bert": {2: (2, 2)},
+    "esimcse-bert": {2: (2, 2)},
+    "consert-bert": {2: (2, 2)},
+    "promptbert-bert": {2: (2, 3)},
+    "diffaug-semi-aux-bert": {1: (1, 1), 2: (3, 4)},
+}
+
+
+def graphs_table() -> str:
+    """COMPILED_GRAPHS as the markdown table docs/training.md shows."""
+    lines = ["| preset | stage | graphs after its first step | after every later step |", "|---|---|---|---|"]
+    for preset, stages in COMPILED_GRAPHS.items():
+        for stage, (first, later) in stages.items():
+            lines.append(f"| {preset} | {'main' if stage == 2 else 'first'} | {first} | {later} |")
+    return "\n".join(lines)
+
+
 def pad_alike(objective, batches) -> None:
     """A method that pads inputs of its own (ESimCSE's x+) pads them as the run's batches are (Objective.padding)."""
     for module in objective.modules():
