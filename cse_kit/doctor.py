@@ -36,9 +36,11 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from .environment import NUMBER_LIBRARIES, describe
+from .environment import HUB_KERNELS_ENV, NUMBER_LIBRARIES, describe
 
 REFERENCES = Path(__file__).with_name("doctor_references.json")
+#: the versions the kit was tried on, its lowest (constraints-min.txt) and its newest, by bench/versions.sh
+TESTED_VERSIONS = Path(__file__).with_name("tested_versions.json")
 WRITE_COMMAND = "cse-kit doctor --write-references"
 MAIN_MODEL, MAIN_POOLER, MAIN_MODE, MAIN_SEED = "all-MiniLM-L6-v2", "avg", "fasttest", 1111
 #: the transfer task --quick keeps: the smallest (3,775 sentences), so one transfer classifier is still checked
@@ -209,6 +211,12 @@ def likely_causes(here: dict, there: dict, check: Check) -> list[str]:
 
     # a library one side lacks decides none of the doctor's numbers (mteb: `--benchmark mteb` only)
     causes = [cause for name in NUMBER_LIBRARIES if here.get(name) and there.get(name) for cause in named(name, name)]
+
+    def kernels(env):  # references written before the setting existed were computed with them off
+        return "on" if env.get("hub_kernels") else "off"
+
+    if kernels(here) != kernels(there):
+        causes.append(f"Hub kernels {kernels(here)} here (${HUB_KERNELS_ENV}), {kernels(there)} in the references")
     causes += named("device", "device") + named("gpu", "GPU") + named("cpu_capability", "CPU kernels")
     if check.bf16:
         causes += named("cpu_bf16", "bf16 unit")
@@ -351,6 +359,8 @@ def run(quick: bool = False, data_dir: str | None = None, cluster: str = "local"
         + (", measured in a SLURM job" if cluster == "slurm" else ""))
     measured = measure_on_slurm(quick, data_dir, say) if cluster == "slurm" else measure(quick, data_dir)
     say(f"measured on {describe_environment(measured['environment'])}, in {measured['seconds']:.0f} s")
+    for line in outside_tested_range(measured["environment"]):
+        say(line)
     lines = [] if references is None else compare(measured, references, quick, rewrite, say)
     if write:
         return write_references(path, measured, references, write_command(quick, cluster=cluster), whole, say)
@@ -364,6 +374,22 @@ def run(quick: bool = False, data_dir: str | None = None, cluster: str = "local"
         say(f"the kit's changed code moved none of these numbers: `{whole}` (every check) records its digest in the "
             "references, changing no number")
     return 1 if failed else 0
+
+
+def outside_tested_range(env: dict, tested_path: Path = TESTED_VERSIONS) -> list[str]:
+    """One line per library of env outside the versions the kit was tried on, naming that range and the script that
+    tries a stack: a number it moves is then no bug of the kit's to look for first."""
+    from packaging.version import Version
+
+    tested = json.loads(tested_path.read_text())
+    lines = []
+    for name, lowest in tested["min"].items():
+        newest = tested["newest"][name]
+        if env.get(name) and not Version(lowest).release <= Version(env[name]).release <= Version(newest).release:
+            lines.append(f"{name} {env[name]} is outside the versions the kit was tried on ({name} {lowest} to "
+                         f"{newest}, {tested['script']} on {tested['date']}): `{tested['script']}` tries the kit at "
+                         "both ends of its range, docs/install.md")
+    return lines
 
 
 def compare(measured: dict, references: dict, quick: bool, write: str, say) -> list[tuple[str, str]]:

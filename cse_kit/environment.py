@@ -24,6 +24,30 @@ PACKAGE = Path(__file__).resolve().parent
 NUMBER_LIBRARIES = ("torch", "transformers", "tokenizers", "accelerate", "numpy", "scipy", "scikit-learn", "mteb")
 
 
+#: `1` loads every model the kit loads with transformers' Hub kernels (the `kernels` package's modules in place of
+#: GELU, attention and others, on a GPU); unset or `0`, they are off: the kit computes with the papers' modules, as its
+#: references were computed (transformers 5.25 turns them on unless told, and fails without the `kernels` package).
+#: Every record's environment says which (`hub_kernels`), and the doctor names it where it differs.
+HUB_KERNELS_ENV = "CSE_KIT_HUB_KERNELS"
+
+
+def hub_kernels() -> bool:
+    """Whether $CSE_KIT_HUB_KERNELS turns Hub kernels on; a ValueError naming the values for anything else."""
+    text = os.environ.get(HUB_KERNELS_ENV, "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{HUB_KERNELS_ENV}={text!r}: set it to 1 (Hub kernels on, for speed) or 0 (off, the papers' "
+                     "modules: the default), or unset it")
+
+
+def kernel_loading() -> dict:
+    """from_pretrained's keyword for Hub kernels, said every time (transformers 5.0 to 5.24 leave them off unless
+    told, 5.25 on)."""
+    return {"use_kernels": hub_kernels()}
+
+
 def library_versions() -> dict[str, str]:
     """{library: version} of the NUMBER_LIBRARIES installed here (read from their metadata: nothing is imported)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -41,7 +65,7 @@ def describe(device: str | torch.device | None = None) -> dict:
            "device": str(device), "torch_threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "platform": platform.platform(),
            # torch's deterministic algorithms, on for a run with deterministic=true (cse_kit.train.determinism)
-           "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
+           "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(), "hub_kernels": hub_kernels()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda

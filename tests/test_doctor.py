@@ -103,6 +103,24 @@ def test_another_library_version_that_moved_no_number_is_said_and_passes(monkeyp
                               "numbers")
 
 
+def test_a_library_outside_the_tested_range_is_one_line_naming_the_range_and_the_script(monkeypatch, capsys):
+    """Said before the numbers are compared, one line per library, whether or not a number moved."""
+    references = doctor.read_references()
+    tested = json.loads(doctor.TESTED_VERSIONS.read_text())
+    measured = measured_as_references(references, quick=True, transformers="99.0.0", torch="2.6.0+cpu")
+    code, lines = doctor_cli(monkeypatch, capsys, measured, "--quick")
+    assert code == 0
+    low, high = tested["min"], tested["newest"]
+    assert lines[2:4] == [
+        f"torch 2.6.0+cpu is outside the versions the kit was tried on (torch {low['torch']} to {high['torch']}, "
+        f"bench/versions.sh on {tested['date']}): `bench/versions.sh` tries the kit at both ends of its range, "
+        "docs/install.md",
+        f"transformers 99.0.0 is outside the versions the kit was tried on (transformers {low['transformers']} to "
+        f"{high['transformers']}, bench/versions.sh on {tested['date']}): `bench/versions.sh` tries the kit at both "
+        "ends of its range, docs/install.md"]
+    assert lines[4].startswith("against the references' environment: torch 2.6.0+cpu here")
+
+
 def test_quick_keeps_the_sts_numbers_cr_the_smoke_runs_and_the_steps(monkeypatch, capsys):
     references = doctor.read_references()
     code, lines = doctor_cli(monkeypatch, capsys, measured_as_references(references, quick=True), "--quick")

@@ -131,6 +131,8 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     from safetensors import SafetensorError
     from transformers import AutoModel, AutoTokenizer
 
+    from ..environment import kernel_loading
+
     if ref in SMOKE_MODELS:
         return build_smoke_model(ref, model_class=model_class, **kwargs)
     model_class = model_class or AutoModel
@@ -158,7 +160,8 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
             tokenizer = AutoTokenizer.from_pretrained(resolved, local_files_only=offline, trust_remote_code=trusted,
                                                       **untyped)
             model, info = model_class.from_pretrained(resolved, local_files_only=offline, output_loading_info=True,
-                                                      trust_remote_code=trusted, **untyped, **kwargs)
+                                                      trust_remote_code=trusted, **kernel_loading(), **untyped,
+                                                      **kwargs)
     except (OSError, ValueError, pickle.UnpicklingError, SafetensorError) as e:  # ValueError: no tokenizer files
         if "trust_remote_code" in str(e) and not trusted:
             raise ModelNotFoundError(

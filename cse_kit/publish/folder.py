@@ -71,11 +71,12 @@ def st_difference(st_dir: Path, model_dir: Path) -> float:
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
+    from ..environment import kernel_loading
     from ..models import quiet_transformers
 
     ours = np.asarray(kit_vectors(model_dir, CHECK_SENTENCES), dtype=np.float64)
     with quiet_transformers():
-        model = SentenceTransformer(str(st_dir), device="cpu")
+        model = SentenceTransformer(str(st_dir), device="cpu", model_kwargs=kernel_loading())
     theirs = model.encode(list(CHECK_SENTENCES), convert_to_numpy=True, show_progress_bar=False)
     return float(np.abs(np.asarray(theirs, dtype=np.float64) - ours).max() / np.abs(ours).max())
 

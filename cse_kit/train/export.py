@@ -4,6 +4,7 @@ sentence-transformers model whose embeddings equal the kit's."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterator, Mapping
 from functools import cached_property
@@ -142,7 +143,12 @@ def export_sentence_transformers(model_dir, out_dir, pooler: str | None = None) 
     if pooler not in ST_POOLING:
         raise ValueError(f"pooler {pooler!r} has no sentence-transformers equivalent; exportable: "
                          f"{', '.join(ST_POOLING)}")
-    transformer = Transformer(str(model_dir))
+    from ..environment import kernel_loading
+
+    # Hub kernels as the kit loads the encoder: its keyword is model_kwargs from sentence-transformers 6, model_args
+    # before
+    keyword = "model_kwargs" if "model_kwargs" in inspect.signature(Transformer).parameters else "model_args"
+    transformer = Transformer(str(model_dir), **{keyword: kernel_loading()})
     dim = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
     pooling = Pooling(dim(), pooling_mode=ST_POOLING[pooler])
     with atomic_dir(out_dir) as tmp:
