@@ -108,6 +108,28 @@ def test_model_edits_fill_insertions_with_the_generator_and_pad_the_rows(tok):
     assert edited.shape == labels.shape == mask.shape and (edited[:, 0] == CLS).all()
 
 
+def test_all_gives_each_row_the_edit_drawn_for_it_on_the_host(tok):
+    """`all`: each row's edit (replace, insert, delete) drawn on the host with its layout (DiffCSE.host_inputs), the
+    device filling in the replaced rows and the inserted [MASK]s; each row is what its own edit makes of it."""
+    model = _model(tok, edit="all")
+    b = tok(SENTENCES * 4, padding=True, return_tensors="pt")
+    ids, mask = b["input_ids"], b["attention_mask"]
+    torch.manual_seed(3)
+    drawn = model.draw_edits(ids, mask)
+    edited, labels, edited_mask = model.edit(ids, mask, drawn=drawn)
+    assert set(drawn["kinds"].tolist()) == {0, 1, 2}  # 16 rows: every edit taken
+    for i, kind in enumerate(drawn["kinds"].tolist()):
+        n, length = int(edited_mask[i].sum()), int(mask[i].sum())
+        count = max(1, round(0.3 * (length - 2)))
+        assert n == {0: length, 1: length + count, 2: length - count}[kind]
+        assert not labels[i, n:].any() and (edited[i, n:] == 0).all() and edited[i, 0] == CLS
+        if kind == 0:  # replaced: labelled where the generator's token differs
+            assert torch.equal(labels[i, :n], edited[i, :n] != ids[i, :n])
+        if kind == 1:  # inserted: the originals in order between the generator's tokens
+            assert int(labels[i].sum()) == count and edited[i, :n][~labels[i, :n]].tolist() == ids[i, :length].tolist()
+            assert (edited[i, :n][labels[i, :n]] != MASK).all()
+
+
 # --- the losses against direct computations -----------------------------------------------------------------------
 
 def _direct_rtd(model, h, edited, labels, mask, reduction):

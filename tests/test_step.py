@@ -162,8 +162,8 @@ def test_every_compile_mode_compiles_the_step_and_says_what_runs_on_a_cpu(mode, 
     says, no graph break. On a CPU torch captures nothing: reduce-overhead and max-autotune ask inductor for CUDA
     graphs, and its cudagraph trees skip every graph that is not on a CUDA device (`skipping cudagraphs due to cpu
     device`, counted in counters["inductor"]["cudagraph_skips"]), so reduce-overhead runs inductor's default code
-    and max-autotune its autotuned code (as max-autotune-no-cudagraphs); the run says so in one line. 20-60 s a mode
-    on the 2-core EPYC (inductor compiles the forward and the backward)."""
+    and max-autotune its autotuned code (as max-autotune-no-cudagraphs); the run says so in one line. 63 s for the
+    four on the 2-core AMD EPYC (AVX2 only) with inductor's on-disk cache warm; about a minute a mode cold."""
     import torch._dynamo
 
     torch._dynamo.reset()
