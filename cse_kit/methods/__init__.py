@@ -3,7 +3,7 @@ training-only parts (projector, generator, discriminator, heads); `.encoder` is 
 exported. Every method, the kit's and a researcher's, is registered by name (`@register("name")`,
 cse_kit.methods.registry) and built from the training configuration (`from_config`) (docs/extending.md)."""
 
-from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, info_nce, make_projector
+from .contrastive import BatchNormProjector, MLPProjector, gather_with_grad, make_projector
 from .consert import ConSERT
 from .diffaug import DiffAug
 from .diffcse import DiffCSE
@@ -16,5 +16,5 @@ from .scd import SCD
 from .simcse import SimCSE
 
 __all__ = ["METHODS", "PLUGINS_ENV", "BatchNormProjector", "DiffAug", "DiffCSE", "ESimCSE", "MLPProjector",
-           "MethodError", "Objective", "PromptBERT", "SCD", "SimCSE", "gather_with_grad", "info_nce",
+           "MethodError", "Objective", "PromptBERT", "SCD", "SimCSE", "gather_with_grad",
            "load_plugins", "make_projector", "method_class", "mlm_corrupt", "register", "use_plugins"]

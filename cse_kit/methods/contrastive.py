@@ -1,5 +1,6 @@
-"""The shared core of every method: projectors and the InfoNCE loss with in-batch negatives gathered across
-processes (with gradient), so a multi-process run computes the loss of one process on the global batch."""
+"""The shared core of every method: projectors, the cosine matrix, and rows gathered across processes (with
+gradient), so a multi-process run computes the loss of one process on the global batch (the kit's InfoNCE is
+Objective.info_nce)."""
 
 from __future__ import annotations
 
@@ -103,19 +104,3 @@ def official_share(loss: torch.Tensor, processes: int) -> torch.Tensor:
 def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
 
-
-def info_nce(z1: torch.Tensor, z2: torch.Tensor, temp: float, z3: torch.Tensor | None = None,
-             hard_negative_weight: float = 0.0, queue: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy of cos(z1_i, z2_j) / temp over j (plus cos(z1_i, z3_j) / temp for supervised hard
-    negatives, whose own pair gets `hard_negative_weight` added to its logit, as SimCSE), labels on the diagonal.
-    Inputs are this process's rows; they are gathered across processes first. `queue`: extra negatives shared by
-    every row (ESimCSE's momentum queue), already global and detached, appended after the in-batch columns."""
-    z1, z2 = gather_with_grad(z1), gather_with_grad(z2)
-    logits = cosine_matrix(z1, z2) / temp
-    if z3 is not None:
-        negatives = cosine_matrix(z1, gather_with_grad(z3)) / temp
-        negatives = negatives + hard_negative_weight * torch.eye(len(z1), device=z1.device, dtype=negatives.dtype)
-        logits = torch.cat([logits, negatives], dim=1)
-    if queue is not None:
-        logits = torch.cat([logits, cosine_matrix(z1, queue.to(z1.dtype)) / temp], dim=1)
-    return F.cross_entropy(logits.float(), torch.arange(len(z1), device=z1.device))

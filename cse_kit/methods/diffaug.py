@@ -30,7 +30,7 @@ from ..eval.prompt import PROMPTBERT_BERT, Template, mask_states, sentence_lengt
 from ..models.adapters import (AdaptedEncoder, HoulsbyAdapters, add_lora_views, lora_view, lora_weights,
                             merged_lora_average)
 from ..models.prefix import PrefixedEncoder, PrefixEncoder, encode_with_prefix, prefix_half_mask
-from .contrastive import MLPProjector, info_nce, init_like_official, official_share
+from .contrastive import MLPProjector, init_like_official, official_share
 from .objective import Objective, check_choice, variant_choices
 from .registry import register
 from .semi import nli_cross_entropy
@@ -277,7 +277,7 @@ class DiffAug(Objective):
     def views_loss(self, pooled: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """InfoNCE of the views' [MASK] states, denoised and through the MLP."""
         z = self.vectors(pooled, attention_mask)
-        return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if z.shape[1] == 3 else None)
+        return self.info_nce(z[:, 0], z[:, 1], z[:, 2] if z.shape[1] == 3 else None)
 
     @staticmethod
     def check_views(batch: dict) -> None:

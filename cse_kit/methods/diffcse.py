@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .contrastive import info_nce, init_like_official
+from .contrastive import init_like_official
 from .grad_cache import chunks
 from .edits import delete_tokens, insert_masks, pad_rows, unpad
 from ..data.registry import ORDERED_CORPORA
@@ -519,8 +519,8 @@ class DiffCSE(SimCSE):
     def _augmented_loss(self, projected: torch.Tensor) -> torch.Tensor:
         z = projected.view(-1, 3, projected.shape[-1])
         if self.task == "negative":
-            return info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2])
-        return (info_nce(z[:, 0], z[:, 1], self.temp) + info_nce(z[:, 0], z[:, 2], self.temp)) / 2
+            return self.info_nce(z[:, 0], z[:, 1], z[:, 2])
+        return (self.info_nce(z[:, 0], z[:, 1]) + self.info_nce(z[:, 0], z[:, 2])) / 2
 
     @staticmethod
     def check_views(batch: dict) -> int:

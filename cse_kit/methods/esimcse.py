@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..eval.encode import pad_length, pooled_output
-from .contrastive import gather_with_grad, info_nce
+from .contrastive import gather_with_grad
 from .diffcse import generator_head_input
 from .objective import check_choice, variant_choices
 from .registry import register
@@ -372,7 +372,7 @@ class ESimCSE(SimCSE):
             self.update_momentum_encoder()
             filled = self.filled()
             negatives = self.queue[:filled].clone() if filled else None  # the first step has no queue
-        loss = info_nce(z[:, 0], z[:, 1], self.temp, queue=negatives)
+        loss = self.info_nce(z[:, 0], z[:, 1], queue=negatives)
         ids, mask = pair["original_ids"], pair["original_mask"]
         out = {"loss": loss, "contrastive": loss.detach(),
                "added_tokens": (pair["positive_mask"].sum() - mask.sum()).float() / len(ids)}

@@ -17,11 +17,12 @@ import dataclasses
 import typing
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..eval.encode import check_pooler, pooled_output
 from ..eval.prompt import PromptReading
-from .contrastive import gather_with_grad, info_nce, projector_for
+from .contrastive import cosine_matrix, gather_with_grad, projector_for
 from .errors import MethodError
 
 _ID_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -242,11 +243,25 @@ class Objective(nn.Module):
         loss over them is the global batch's on any number of GPUs."""
         return gather_with_grad(x)
 
-    def info_nce(self, z1: torch.Tensor, z2: torch.Tensor, hard_negatives: torch.Tensor | None = None,
-                 temp: float | None = None, hard_negative_weight: float = 0.0) -> torch.Tensor:
-        """The kit's InfoNCE: cos(z1_i, z2_j) / temp with in-batch negatives gathered across processes, labels on
-        the diagonal (SimCSE's loss; hard_negatives: a third view's vectors as extra negatives)."""
-        return info_nce(z1, z2, self.temp if temp is None else temp, hard_negatives, hard_negative_weight)
+    def info_nce(self, z1: torch.Tensor, z2: torch.Tensor, hard_negatives: torch.Tensor | None = None, *,
+                 hard_negative_weight: float = 0.0, queue: torch.Tensor | None = None,
+                 temp: float | None = None) -> torch.Tensor:
+        """The kit's InfoNCE (SimCSE's loss, and every kit method's that uses it): the mean cross-entropy of
+        cos(z1_i, z2_j) / temp over j, labels on the diagonal, every process's rows gathered first (the global
+        batch's negatives on any number of GPUs). hard_negatives: a third view's vectors, cos(z1_i, h_j) / temp as
+        more columns, each row's own plus `hard_negative_weight` (supervised SimCSE); queue: negatives every row
+        shares (ESimCSE's momentum queue), already global and detached, after the in-batch columns; temp: the
+        run's unless given."""
+        temp = self.temp if temp is None else temp
+        z1, z2 = self.gather(z1), self.gather(z2)
+        logits = cosine_matrix(z1, z2) / temp
+        if hard_negatives is not None:
+            negatives = cosine_matrix(z1, self.gather(hard_negatives)) / temp
+            negatives = negatives + hard_negative_weight * torch.eye(len(z1), device=z1.device, dtype=negatives.dtype)
+            logits = torch.cat([logits, negatives], dim=1)
+        if queue is not None:
+            logits = torch.cat([logits, cosine_matrix(z1, queue.to(z1.dtype)) / temp], dim=1)
+        return F.cross_entropy(logits.float(), torch.arange(len(z1), device=z1.device))
 
     # --- what a method writes ---
 

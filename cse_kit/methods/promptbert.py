@@ -24,7 +24,7 @@ from torch import nn
 
 from ..eval.encode import PROMPT_POOLERS
 from ..eval.prompt import PROMPTBERT_BERT, PromptReading, Template, first_position, mask_states
-from .contrastive import MLPProjector, info_nce, init_like_official, official_share
+from .contrastive import MLPProjector, init_like_official, official_share
 from .objective import Objective, check_choice, variant_choices
 from .registry import register
 
@@ -236,7 +236,8 @@ class PromptBERT(Objective):
 
     def views_loss(self, z: torch.Tensor) -> dict:
         """InfoNCE of the (rows, views, hidden) training vectors, the third view a hard negative."""
-        loss = info_nce(z[:, 0], z[:, 1], self.temp, z[:, 2] if z.shape[1] == 3 else None, self.hard_negative_weight)
+        loss = self.info_nce(z[:, 0], z[:, 1], z[:, 2] if z.shape[1] == 3 else None,
+                             hard_negative_weight=self.hard_negative_weight)
         return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}
 
     def forward(self, batch: dict) -> dict:

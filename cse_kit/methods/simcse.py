@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .contrastive import info_nce, official_share
+from .contrastive import official_share
 from .objective import Objective
 from .registry import register
 
@@ -16,7 +16,12 @@ class SimCSE(Objective):
     """Batch: input_ids / attention_mask (/ token_type_ids) of shape (batch, views, length): 2 views (the same
     sentence twice) for unsupervised SimCSE, 3 (anchor, entailment, contradiction) for supervised. The training
     vector is the base's (the pooled output through the projector); what is SimCSE's own is InfoNCE with the third
-    view as hard negatives, and supervised SimCSE's MLP kept as the exported model's pooler layer."""
+    view as hard negatives (`loss`), and supervised SimCSE's MLP kept as the exported model's pooler layer.
+
+    Its settings stay TrainConfig fields, not an Options dataclass: temp, pooler and projector are every method's
+    (the base's), and hard_negative_weight, keep_projector, simcse_variant and official_processes are fields in
+    every run's key (cse_kit.results.identity hashes TrainConfig.to_dict()), whatever its method, so moving them
+    into Options would re-key every record of every store; PromptBERT and DiffAug read two of them too."""
 
     def __init__(self, encoder: nn.Module, *, pooler: str = "cls_before_pooler", projector: str = "mlp",
                  temp: float = 0.05, hard_negative_weight: float = 0.0, keep_projector: bool = False,
@@ -62,6 +67,18 @@ class SimCSE(Objective):
     def test_pooler(self) -> str:
         return "cls" if self.keep_projector else self.pooler
 
+    def loss(self, z: torch.Tensor) -> dict:
+        """InfoNCE of the first two views, a third (NLI's contradiction) as hard negatives; the step's gradient
+        that of an official run on `official_processes` processes (official_share)."""
+        views = z.shape[1]
+        if views not in (2, 3):
+            raise ValueError(f"SimCSE needs 2 views (unsupervised) or 3 (anchor, positive, hard negative); got {views}")
+        loss = self.info_nce(z[:, 0], z[:, 1], z[:, 2] if views == 3 else None,
+                             hard_negative_weight=self.hard_negative_weight)
+        return {"loss": official_share(loss, self.official_processes), "contrastive": loss}
+
+    # --- for the methods built on SimCSE's InfoNCE (DiffCSE, ESimCSE) ---
+
     def encode_views(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(pooled, projected), both (batch * views, hidden); the projector sees all views at once (as the official
         code)."""
@@ -69,31 +86,6 @@ class SimCSE(Objective):
         return pooled, self.projector(pooled)
 
     def contrastive_loss(self, projected: torch.Tensor, views: int) -> torch.Tensor:
-        z = projected.view(-1, views, projected.shape[-1])
-        z3 = z[:, 2] if views == 3 else None
-        return info_nce(z[:, 0], z[:, 1], self.temp, z3, self.hard_negative_weight)
-
-    @staticmethod
-    def check_views(batch: dict) -> int:
-        views = batch["input_ids"].shape[1]
-        if views not in (2, 3):
-            raise ValueError(f"SimCSE needs 2 views (unsupervised) or 3 (anchor, positive, hard negative); got {views}")
-        return views
-
-    def forward(self, batch: dict) -> dict:
-        views = self.check_views(batch)
-        _, projected = self.encode_views(batch)
-        loss = self.contrastive_loss(projected, views)
-        return {"loss": official_share(loss, self.official_processes), "contrastive": loss.detach()}
-
-    # --- gradient caching (cse_kit.methods.grad_cache): the encoder chunk by chunk, the projector and InfoNCE on
-    # the whole batch (BatchNorm's statistics stay the batch's) ---
-
-    def cache_inputs(self, batch: dict) -> dict:
-        self.check_views(batch)
-        return super().cache_inputs(batch)
-
-    def cache_loss(self, inputs: dict, reps: dict, backward, chunk: int) -> tuple[torch.Tensor, dict]:
-        pooled = reps["main"]
-        loss = self.contrastive_loss(self.projector(pooled.flatten(0, 1)), pooled.shape[1])
-        return official_share(loss, self.official_processes), {"loss": loss, "contrastive": loss.detach()}
+        """SimCSE's InfoNCE of (batch * views, hidden) training vectors (SimCSE's own, whatever loss a subclass
+        writes): the term DiffCSE adds its task to."""
+        return SimCSE.loss(self, projected.view(-1, views, projected.shape[-1]))["contrastive"]
