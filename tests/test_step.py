@@ -298,12 +298,12 @@ DOCUMENTED_READS = {"diffaug": {"cse_kit/methods/diffaug.py:denoised __int__": 3
 def _code_path(cfg) -> tuple:
     """What of a run's settings picks the code its step runs: the method, each option of it that chooses (a word
     or a switch; not a number, a model or a size, which change values only), whether ESimCSE keeps a queue, the
-    semi-supervised strategy and auxiliary loss, the pooler, and the kind of data (NLI triplets, an ordered
-    corpus's sentence pairs, sentences)."""
+    semi-supervised strategy and auxiliary loss, the pooler, the kind of data (NLI triplets, an ordered corpus's
+    sentence pairs, sentences) and whether batches are drawn within length buckets."""
     options = tuple(sorted((k, v) for k, v in cfg.method_options.items() if k not in ("generator", "projector")
                            and (v is None or isinstance(v, (bool, str)))))
     return (cfg.method, options, bool(cfg.method_options.get("queue_size")), cfg.semi_strategy, bool(cfg.aux_weight),
-            cfg.pooler, is_nli(cfg.data), cfg.data in ORDERED_CORPORA)
+            cfg.pooler, is_nli(cfg.data), cfg.data in ORDERED_CORPORA, bool(cfg.length_buckets))
 
 
 def _report_configs(profile: str) -> list:
@@ -362,8 +362,14 @@ def test_the_loop_reads_nothing_from_the_device_between_two_logging_steps(path, 
     """Steps 5-7 run between the logging steps 4 and 8 (log_steps 4; 8 evaluates too): the loop and the method read
     no tensor's value there but the reads the docs name (transformers' eager attention asks whether a mask masks
     anything: a compiled step traces that away), on every code path the report trains."""
-    cfg = dataclasses.replace(REPORT_PATHS[path], data_dir=str(data_dir), output_dir=str(tmp_path / "run"),
-                              max_steps=8, log_steps=4, eval_steps=8)
+    cfg = REPORT_PATHS[path]
+    preset = build_config(cfg.preset, "smoke")
+    # what the run trains on and when it saves as its preset's, a first stage of at most 4 steps (a report row's 1%
+    # of NLI, or its stage-1 snapshot every step, would put the run's end or a save between the logging steps; steps
+    # 5-7 are main-stage steps for every method): its code path unchanged
+    cfg = dataclasses.replace(cfg, data_dir=str(data_dir), output_dir=str(tmp_path / "run"), max_steps=8,
+                              log_steps=4, eval_steps=8, epochs=8, nli_fraction=preset.nli_fraction,
+                              stage1_steps=min(cfg.stage1_steps, 4), stage1_snapshot_steps=preset.stage1_snapshot_steps)
     reads = HostReads("cse_kit/")
     _between_logging_steps(monkeypatch, reads, 5, 8)
     with reads:

@@ -303,7 +303,9 @@ class ESimCSE(SimCSE):
         if self.extender is None:
             return input_ids, attention_mask
         ids, mask, inserted = extended or self.extender(input_ids, attention_mask, example_index)
-        if self.generator is not None and inserted.any():
+        # without asking whether anything was inserted (a read of the device): the generator runs in eval mode and
+        # draws nothing, so a batch without insertions changes no number, it only costs a pass
+        if self.generator is not None:
             hidden = generator_head_input(self.generator, ids, mask)[inserted]
             ids[inserted] = self.generator.get_output_embeddings()(hidden).argmax(-1)
         return ids, mask
