@@ -21,7 +21,8 @@ MIN_PYTHON="${MIN_PYTHON:-python3.10}"
 NEWEST_PYTHON="${NEWEST_PYTHON:-python3}"
 LIBRARIES=(torch transformers accelerate datasets huggingface_hub optuna peft sentence-transformers mteb numpy)
 FAST_TESTS=(tests/test_step.py tests/test_methods.py tests/test_promptbert.py tests/test_diffaug_modules.py
-            tests/test_position_jump.py tests/test_tune.py tests/test_publish.py tests/test_mteb.py)
+            tests/test_position_jump.py tests/test_hub_kernels.py tests/test_tune.py tests/test_publish.py
+            tests/test_mteb.py)
 
 # the step's result: "pass (N s)" or "FAIL (N s, see LOG)"
 step() {
@@ -58,7 +59,7 @@ run_end() {
           --space "lr=log(1e-5,1e-3)" --results-dir "$runs/results")
   echo "$end: study $study" >&2
   tests=$(step tests "$logs/tests.log" "$bin/python" -m pytest -q -p no:cacheprovider "${FAST_TESTS[@]}")
-  tests="$tests: $(grep -Eo '[0-9]+ (passed|failed|error|errors|skipped)' "$logs/tests.log" | paste -sd, -)"
+  tests="$tests: $(tail -1 "$logs/tests.log" | grep -Eo '[0-9]+ (passed|failed|errors?|skipped)' | paste -sd, -)"
   echo "$end: tests $tests" >&2
   step doctor "$logs/doctor.log" "$bin/cse-kit" doctor --quick >/dev/null
   doctor=$(grep -E '^[0-9]+ (same|differs|missing|skipped)' "$logs/doctor.log" | tail -1)
