@@ -60,6 +60,25 @@ def test_supervised_simcse_adds_hard_negatives_to_the_denominator(tok):
     assert float(model(batch)["loss"]) == pytest.approx(total / len(a), rel=1e-4)
 
 
+def test_supervised_simcse_adds_the_hard_negative_weight_to_each_rows_own_contradiction(tok):
+    """hard_negative_weight w goes to cos(z1_i, z3_i) / temp, row i's own contradiction, and to no other logit (the
+    official SimCSE's `weights`); loss(z) is the whole objective, and an unsupervised pair takes no weight."""
+    weight, temp = 0.7, 0.05
+    model = SimCSE(_tiny(tok, add_pooling_layer=False), temp=temp, hard_negative_weight=weight)
+    z = torch.randn(5, 3, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    total = 0.0
+    for i in range(len(z)):
+        pos = [float(torch.cosine_similarity(z[i, 0], z[j, 1], dim=0)) / temp for j in range(len(z))]
+        neg = [float(torch.cosine_similarity(z[i, 0], z[j, 2], dim=0)) / temp + weight * (i == j)
+               for j in range(len(z))]
+        total += -pos[i] + math.log(sum(math.exp(s) for s in pos + neg))
+    out = model.loss(z)
+    assert float(out["loss"]) == pytest.approx(total / len(z), rel=1e-6)  # the kit takes the cross-entropy in fp32
+    assert float(out["contrastive"]) == float(out["loss"])
+    unweighted = SimCSE(model.encoder, temp=temp).loss(z[:, :2])["loss"]
+    assert float(model.loss(z[:, :2])["loss"]) == float(unweighted)
+
+
 def test_batchnorm_projector_is_the_papers_layer_list():
     layers = list(BatchNormProjector(768))
     assert [type(m).__name__ for m in layers] == ["Linear", "GlobalBatchNorm1d", "ReLU", "Linear", "GlobalBatchNorm1d"]

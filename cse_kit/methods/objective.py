@@ -9,7 +9,8 @@ hyper-parameters as an `Options` dataclass, and register it (docs/extending.md):
             return self.info_nce(z[:, 0], z[:, 1])
 
 A method that writes `loss` gets every kit feature, gradient caching included (the encoder runs chunk by chunk,
-`loss` on the whole batch's vectors); one that writes `forward(batch)` instead trains uncached."""
+`loss` on the whole batch's vectors); one that writes `forward(batch)` instead trains uncached. The kit's SimCSE
+(cse_kit.methods.simcse) is such a method: its loss is InfoNCE with a third view as hard negatives."""
 
 from __future__ import annotations
 
