@@ -5,8 +5,8 @@ the trial's training, for SQLite (the default) and PostgreSQL (a lab's server).
                                 [--data-dir DIR]
 
 Per profile, one study trains its trials into a fresh results store (SQLite storage): a trial's training time is its
-run computed (tuning.run_trial: the run trained and its dev score read). Then, per storage, a study of the same
-space, seed and budget under another name runs its worker (tuning.work) over that store: its trials draw the same
+run computed (worker_trials.run_trial: the run trained and its dev score read). Then, per storage, a study of the same
+space, seed and budget under another name runs its worker (worker_trials.work) over that store: its trials draw the same
 parameters, so each finds its run already stored and nothing trains; what it spends is the search's own cost, timed
 in its parts: next_trial (the lock, stale-trial check, sampler, ask), the run lookup (run_trial on a stored run: the
 store reads its record, and the trial's three attributes are written to the storage), tell, and the rest of the
@@ -25,17 +25,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from cse_kit import tune
 from cse_kit.environment import BF16_UNITS, cpu_flags, cpu_model
-from cse_kit.experiments import tuning
+from cse_kit.tune import trials as worker_trials
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 SPACE = "lr=log(1e-5,1e-3); temp=(0.03,0.1)"
-#: the parts of a trial's cost that are the search's own (tuning.work's loop), timed where they are called
+#: the parts of a trial's cost that are the search's own (worker_trials.work's loop), timed where they are called
 PARTS = ("next_trial", "run lookup", "tell", "heartbeat, setup")
 
 
 class Timed:
-    """Seconds per trial in tuning.next_trial, tuning.run_trial and Study.tell while installed (one list each)."""
+    """Seconds per trial in next_trial, run_trial (cse_kit.tune.trials) and Study.tell while installed (one list
+    each)."""
 
     def __init__(self):
         self.seconds = {"next_trial": [], "run_trial": [], "tell": []}
@@ -43,7 +45,7 @@ class Timed:
     def __enter__(self):
         import optuna
 
-        self.saved = [(tuning, "next_trial"), (tuning, "run_trial"), (optuna.Study, "tell")]
+        self.saved = [(worker_trials, "next_trial"), (worker_trials, "run_trial"), (optuna.Study, "tell")]
         self.originals = [getattr(owner, name) for owner, name in self.saved]
         for (owner, name), original in zip(self.saved, self.originals):
             setattr(owner, name, self._timed(name, original))
@@ -63,12 +65,12 @@ class Timed:
             setattr(owner, name, original)
 
 
-def timed_work(study: tuning.Study) -> dict:
+def timed_work(study: tune.Study) -> dict:
     """The worker over the study, each trial's parts in seconds (the last next_trial, which finds the total held,
     is left out: a worker asks it once, not per trial; the rest of the worker's time is shared out over its trials)."""
     with Timed() as timed:
         start = time.perf_counter()
-        ran = tuning.work(study)
+        ran = tune.work(study)
         wall = time.perf_counter() - start
     asked = timed.seconds["next_trial"][:ran]
     per_trial = [a + r + t for a, r, t in zip(asked, timed.seconds["run_trial"], timed.seconds["tell"])]
@@ -77,10 +79,10 @@ def timed_work(study: tuning.Study) -> dict:
             "tell": timed.seconds["tell"], "heartbeat, setup": [rest] * ran}
 
 
-def study_of(profile: str, trials: int, results: Path, data_dir, storage=None, name=None) -> tuning.Study:
-    study = tuning.Study("simcse-bert", profile, tuning.parse_space(SPACE), trials, [], 1, str(results), data_dir,
+def study_of(profile: str, trials: int, results: Path, data_dir, storage=None, name=None) -> tune.Study:
+    study = tune.Study("simcse-bert", profile, tune.parse_space(SPACE), trials, [], 1, str(results), data_dir,
                          storage, name)
-    tuning.check(study)
+    tune.check(study)
     return study
 
 

@@ -77,7 +77,7 @@ def test_debug_shows_the_traceback_of_an_error_said_in_one_line(tmp_path, capsys
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     assert cli.main(["status", "--results-dir", str(tmp_path / "reslts"), "--debug"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "Traceback (most recent call last):" and "in _check_results_dir" in "\n".join(err)
+    assert err[0] == "Traceback (most recent call last):" and "in check_results_dir" in "\n".join(err)
     assert err[-1].startswith(f"cse-kit: error: --results-dir {tmp_path / 'reslts'} is not a results store")
     monkeypatch.setenv(cli.DEBUG_ENV, "0")  # 0 is off
     assert cli.main(["status", "--results-dir", str(tmp_path / "reslts")]) == 2

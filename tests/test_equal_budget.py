@@ -10,7 +10,7 @@ import cse_kit.eval.dev as dev
 import cse_kit.eval.sts as sts
 from cse_kit import cli, report
 from cse_kit import experiments as ex
-from cse_kit.experiments.tuning import Study, TuneError, check, chosen_on_test, parse_space
+from cse_kit.tune import Study, TuneError, check, chosen_on_test, parse_space
 from cse_kit.methods import use_plugins
 from cse_kit.papers import comparison as cmp
 from cse_kit.papers import equal_budget as eb

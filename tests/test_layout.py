@@ -8,7 +8,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "cse_kit"
 #: the top of cse_kit/, layer by layer from the top down: a module may import its own layer and those below it
-LAYERS = [("cli.py",), ("report", "doctor.py", "publish"), ("papers",), ("experiments",), ("results",), ("train",),
+LAYERS = [("cli",), ("report", "doctor.py", "publish"), ("papers",), ("experiments", "tune"), ("results",), ("train",),
           ("methods",), ("eval",), ("models",), ("data",), ("io.py", "environment.py", "progress.py", "__init__.py")]
 LAYER = {room: floor for floor, rooms in enumerate(LAYERS) for room in rooms}
 

@@ -126,7 +126,7 @@ def test_ctrl_c_says_how_to_resume_instead_of_a_traceback(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_train", interrupted)
+    monkeypatch.setattr(cli.train, "cmd_train", interrupted)
     assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 130
     assert "interrupted; nothing half-written is kept. Rerun the same command to resume." in capsys.readouterr().err
 
@@ -149,7 +149,7 @@ def test_an_unwritable_folder_is_one_line_naming_it(monkeypatch, capsys):
     def read_only(args):
         raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/runs/x")
 
-    monkeypatch.setattr(cli, "cmd_train", read_only)
+    monkeypatch.setattr(cli.train, "cmd_train", read_only)
     assert cli.main(["train", "--preset", "simcse-bert", "--profile", "smoke"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write /mnt/ro/runs/x (Read-only file system)" in err

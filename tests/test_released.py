@@ -45,7 +45,7 @@ def test_eval_picks_the_registered_pooler_for_a_released_id(tmp_path, monkeypatc
     stand_in.mkdir()
     entry = {"id": str(stand_in), "paper": "simcse", "pooler": "cls_before_pooler", "source": "a test"}
     monkeypatch.setattr(released, "checkpoints", lambda: {entry["id"]: entry})
-    assert cli._pooler_of(str(stand_in)) == "cls_before_pooler"
+    assert cli.eval.pooler_of(str(stand_in)) == "cls_before_pooler"
     assert "released checkpoint of simcse" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--pooler is required"):
-        cli._pooler_of(str(tmp_path))
+        cli.eval.pooler_of(str(tmp_path))

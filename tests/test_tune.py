@@ -1,4 +1,4 @@
-"""cse-kit tune (cse_kit.experiments.tuning): a study is the store's runs searched by Optuna at a total budget of
+"""cse-kit tune (cse_kit.tune): a study is the store's runs searched by Optuna at a total budget of
 trials; it reads no test set, reruns train nothing, a killed worker's trial is run again, never lost or counted
 twice, and bad input is refused in one line before any trial."""
 
@@ -19,8 +19,7 @@ import cse_kit.eval.dev as dev
 import cse_kit.eval.sts as sts
 import cse_kit.train.loop as loop
 from cse_kit import cli
-from cse_kit.experiments.tuning import (Study, TuneError, best, chosen_on_test, fail_running, load, parse_space,
-                                        run)
+from cse_kit.tune import Study, TuneError, best, chosen_on_test, fail_running, load, parse_space, run
 
 SPACE = "lr=log(1e-5,1e-3); temp=(0.03,0.1)"
 
@@ -193,7 +192,7 @@ def test_slurm_jobs_train_every_trial_in_the_precision_the_submitter_keys(data_d
     """A SLURM job resolves `mixed_precision=auto` on its own node (a GPU, another CPU); the study sent to the jobs
     carries the precision the report's workers are sent (parallel.for_workers), so the winning trial is the run the
     submitter's --test-seeds key, and the study keeps its name. A profile with a fixed precision is sent as it is."""
-    from cse_kit.experiments.tuning import sent_to_jobs
+    from cse_kit.tune import sent_to_jobs
     from cse_kit.results import parallel
     from cse_kit.train.precision import resolve_precision
 
@@ -208,7 +207,7 @@ def test_slurm_jobs_train_every_trial_in_the_precision_the_submitter_keys(data_d
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
-    return [p for p in parent.children(recursive=True) if "cse_kit.experiments.tuning" in " ".join(p.cmdline())]
+    return [p for p in parent.children(recursive=True) if "cse_kit.tune" in " ".join(p.cmdline())]
 
 
 @pytest.mark.slow  # 8 trainings in 3 processes, one killed: about 2 minutes on 2 cores
@@ -264,7 +263,7 @@ def _tune_argv(tmp_path, data_dir, trials: int, *more: str) -> list[str]:
 
 
 def _trials_in(storage: str) -> list:
-    from cse_kit.experiments.study_storage import with_driver
+    from cse_kit.tune.storage import with_driver
 
     url = with_driver(storage)
     [name] = optuna.get_all_study_names(url)

@@ -13,8 +13,8 @@ import optuna
 import psutil
 import pytest
 
-from cse_kit.experiments import tuning
-from cse_kit.experiments.tuning import StudyStopped, Study, parse_space
+from cse_kit import tune as tuning
+from cse_kit.tune import Study, StudyStopped, parse_space, trials
 
 from test_tune_faults import ENV, SPACE, _argv, _command, _configurations, _sqlite, _states, _when_a_trial_trains
 from test_write_failures import fill, small_disk  # noqa: F401 (a fixture)
@@ -157,7 +157,7 @@ def test_a_trial_failed_behind_a_workers_back_ends_it_in_one_line(data_dir, tmp_
     tuning.load(study).tell(trial.number, state=optuna.trial.TrialState.FAIL)
     with pytest.raises(StudyStopped, match=r"^trial 0 was marked fail by another worker while this one was silent "
                                            r"past the heartbeat's grace \(120 s\)"):
-        tuning._tell(study, optuna_study, trial, study.store(), values=1.0)
+        trials._tell(study, optuna_study, trial, study.store(), values=1.0)
     lock.release()
 
 
@@ -190,7 +190,7 @@ def test_a_signal_stops_the_study_in_one_line_and_the_rerun_continues_it(stop, d
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
-    return [p for p in parent.children(recursive=True) if "cse_kit.experiments.tuning" in " ".join(p.cmdline())]
+    return [p for p in parent.children(recursive=True) if "cse_kit.tune" in " ".join(p.cmdline())]
 
 
 def test_sigterm_to_a_workers_parent_stops_its_workers_and_a_killed_worker_is_named_killed(data_dir, tmp_path):

@@ -1,12 +1,12 @@
 """Every method tuned with the same budget: the question a reviewer asks of the four papers, each of which tuned its
-own method and copied its baselines' numbers. One Optuna study per method (cse_kit.experiments.tuning: seeded TPE,
+own method and copied its baselines' numbers. One Optuna study per method (cse_kit.tune: seeded TPE,
 every trial a run of the results store, the objective the run's own checkpoint-selection dev score, no test set
 read) searches lr and temperature around the method's recipe and its own main knob, with the same number of trials
 for every method. Then, as the head-to-head does (comparison.head_to_head, its statistics reused as they are), the
 chosen configuration and the paper recipe are both tested over the seeds: mean ± std, paired tests against the paper
 recipe and between methods, the papers' claimed orderings at equal budget, and what the search cost.
 
-The chosen configuration's runs are tuning.chosen_on_test's: study.config(best parameters, seed) for every seed
+The chosen configuration's runs are tune.chosen_on_test's: study.config(best parameters, seed) for every seed
 (its first seed's run is the trial itself, trained once)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pandas as pd
 from ..experiments import Row, check
 from ..experiments import records as fetch_records
 from ..experiments.render import fmt_ours
-from ..experiments.tuning import Study, best, parse_space
-from ..experiments.tuning import run as run_study
+from ..tune import Study, best, parse_space
+from ..tune import run as run_study
 from ..methods.registry import method_class
 from ..progress import duration, progress
 from ..train.presets import build_config, per_profile
@@ -121,7 +121,7 @@ def search(found: dict[str, Study], workers: int = 1) -> dict[str, list[dict]]:
 @dataclass
 class StudyRow(Row):
     """A study's chosen configuration as a table row: its run at each seed is study.config(params, seed), the run
-    tuning.chosen_on_test tests (its first seed's is the winning trial itself)."""
+    tune.chosen_on_test tests (its first seed's is the winning trial itself)."""
 
     study: Study | None = None
     params: dict = field(default_factory=dict)

@@ -180,15 +180,16 @@ def _compare_methods(c: Context, cmp) -> list[Need]:
 def _study_trials(study) -> list[dict]:
     """The trials a study already holds (its storage beside the results store), read without creating anything;
     none where it has not started."""
-    from ..experiments import tuning
+    from ..tune.space import quiet_optuna
+    from ..tune.study import DEFAULT_STORAGE
 
-    path = Path(study.root()) / tuning.DEFAULT_STORAGE
+    path = Path(study.root()) / DEFAULT_STORAGE
     if study.storage is None and not path.is_file():
         return []
     try:
         import optuna
 
-        tuning._quiet_optuna()
+        quiet_optuna()
         found = optuna.load_study(study_name=study.name, storage=study.storage_url())
     except Exception:  # no such study yet, or a storage that does not answer: nothing held
         return []
@@ -197,8 +198,8 @@ def _study_trials(study) -> list[dict]:
 
 
 def _equal_budget(c: Context, eb) -> list[Need]:
-    from ..experiments import tuning
     from ..papers import comparison as cmp
+    from ..tune import chosen
 
     p, s = c.params, c.setup
     seeds = list(cmp.SEEDS[c.profile])
@@ -217,7 +218,7 @@ def _equal_budget(c: Context, eb) -> list[Need]:
             unknown.append((f"{cmp.label(method, eb.RECIPE)}: trial", recipe, trials - len(complete)))
         if len(complete) >= trials:  # the study is done: its chosen configuration's runs are known
             chosen_rows.append(eb.StudyRow(cmp.label(method, eb.RECIPE), study.preset, study=study,
-                                           params=tuning.chosen(held)["params"]))
+                                           params=chosen(held)["params"]))
         else:  # its first seed's run is the winning trial itself
             unknown.append((f"{cmp.label(method, eb.RECIPE)}: chosen configuration", recipe, len(seeds) - 1))
     if unknown:

@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..environment import describe
+from ..environment import describe, describe_versions
 from ..io import write_json_atomic
 from .records import content_digest, read_checked
 
@@ -74,3 +74,41 @@ def restore(store, key: str) -> None:
     store.record_path(key).parent.mkdir(parents=True, exist_ok=True)
     (aside / "record.json").replace(store.record_path(key))
     shutil.rmtree(aside)
+
+
+def run_words(record: dict) -> str:
+    """A record's run in words: `preset (profile profile, seed S)`, or the evaluated model."""
+    subject = record["subject"]
+    what = subject.get("preset") or subject.get("method") if subject["kind"] == "trained" else subject["model"]
+    seed = f", seed {record['seed']}" if record.get("seed") is not None else ""
+    return f"{what} ({record.get('profile') or 'no'} profile{seed})"
+
+
+def stale_lines(store, results_dir_words: str = "") -> list[str]:
+    """`cse-kit status --stale`: one line per record that other library versions computed, with why, and one per
+    record set aside while it is recomputed (`results_dir_words`: the --results-dir its restore command needs)."""
+    stale, aside = store.stale(), store.set_aside()
+    if not stale and not aside:
+        here = ", ".join(f"{k} {v}" for k, v in describe_versions().items())
+        return [f"no stale record in {store.root}: every record was computed with this environment's library "
+                f"versions (major.minor of {here})"]
+    lines = [f"{key}  {run_words(store.read(key))}: {'; '.join(why)}" for key, why in stale.items()]
+    if stale:
+        lines.append(f"{len(stale)} stale record(s) in {store.root}; `cse-kit report --recompute-stale` recomputes them")
+    return lines + [f"{key}  set aside {note.get('when', '')} ({'; '.join(note['why'])}), its replacement unfinished: "
+                    f"`cse-kit status --restore {key}{results_dir_words}` puts it back" for key, note in aside.items()]
+
+
+def restore_lines(store, keys: list[str]) -> list[str]:
+    """`cse-kit status --restore KEY|all`: set-aside records back in place, a line each; an unknown key refused."""
+    aside = store.set_aside()
+    keys = list(aside) if keys == ["all"] else keys
+    unknown = [key for key in keys if key not in aside]
+    if unknown:
+        raise ValueError(f"no record {unknown[0]} is set aside in {store.root} (set aside: "
+                         f"{', '.join(aside) or 'none'}; `cse-kit status --stale` lists them)")
+    lines = []
+    for key in keys:
+        store.restore(key)
+        lines.append(f"{key}  restored: {run_words(store.read(key))}")
+    return lines

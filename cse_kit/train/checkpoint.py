@@ -20,7 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..io import recover_dir
+
 FORMAT = 2
+#: The run folder's checkpoint of its last saved step (what a stopped run resumes from).
+CHECKPOINT = "checkpoint"
 STATE = "trainer_state.json"
 MODEL = "model.safetensors"
 #: what earlier versions (Accelerate's save_state) wrote, any one of which marks their checkpoints
@@ -201,3 +205,17 @@ def _set_random_states(states: dict) -> None:
     if states["cuda"] and torch.cuda.is_available():  # a GPU run resumed on a CPU draws other numbers anyway
         for device, state in enumerate(states["cuda"][:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(torch.tensor(bytearray.fromhex(state), dtype=torch.uint8), device)
+
+
+def checkpoint_step(checkpoint: Path) -> int | None:
+    """The step the checkpoint folder holds, or None where it holds none."""
+    path = checkpoint / STATE
+    return json.loads(path.read_text())["step"] if path.is_file() else None
+
+
+def resume_words(run: Path) -> str:
+    """What training run folder `run` again does after a stop: resume from its checkpoint's step (a checkpoint
+    stopped in the middle of its swap recovered first), or train from step 0."""
+    step = checkpoint_step(recover_dir(Path(run) / CHECKPOINT))
+    return (f"resume {run} from its checkpoint at step {step}" if step is not None else
+            f"train {run} (it stopped before its first checkpoint: from step 0)")

@@ -38,7 +38,8 @@ from ..io import (
 from ..eval.prompt import Template
 from ..models import load_model
 from ..progress import STATUS_SECONDS, duration
-from .checkpoint import STATE, RunStateError, read_checkpoint, trainer_state, write_process_files
+from .checkpoint import (CHECKPOINT, STATE, RunStateError, checkpoint_step, read_checkpoint, trainer_state,
+                         write_process_files)
 from .config import NOT_COMPUTING, TrainConfig
 from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .determinism import deterministic_mode
@@ -70,8 +71,6 @@ class TrainingPruned(Exception):
 
 #: The state a two-stage method has at the end of its first stage, saved in the run folder.
 STAGE1_FILE = "stage1.safetensors"
-#: The run folder's checkpoint of its last saved step (what a stopped run resumes from).
-CHECKPOINT = "checkpoint"
 #: The checkpoint being written beside the last one.
 NEW_CHECKPOINT = ".checkpoint.new"
 
@@ -776,11 +775,6 @@ def _nli_dataset(cfg: TrainConfig, tokenizer, template):
         return None
     examples = subsample_examples(load_examples(cfg.nli_data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
     return tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
-
-
-def checkpoint_step(checkpoint: Path):
-    path = checkpoint / STATE
-    return json.loads(path.read_text())["step"] if path.is_file() else None
 
 
 def _truncate_log(path: Path, step: int, fix: str) -> None:

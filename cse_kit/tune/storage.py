@@ -16,7 +16,8 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.storages._heartbeat import BaseHeartbeat  # the heartbeat protocol RDBStorage implements
+# Optuna 5.1: the heartbeat protocol RDBStorage implements has no public name (optuna.storages._heartbeat)
+from optuna.storages._heartbeat import BaseHeartbeat
 
 #: the pauses between tries of a call to a storage that stopped answering (then the last, until the patience is spent)
 PAUSES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -123,11 +124,13 @@ def _chain(error: BaseException):
 
 def failure(error: BaseException) -> str | None:
     """'damaged' (SQLite: the file is no database), 'full' (the disk under SQLite's file or PostgreSQL's data),
-    'transient' (a connection dropped or refused, a server restarting, SQLite busy) or None (anything else: a bug or a bad value, not waited out), from the error's chain."""
+    'transient' (a connection dropped or refused, a server restarting, SQLite busy) or None (anything else: a bug or a
+    bad value, not waited out), from the error's chain."""
     import sqlalchemy.exc
 
     for e in _chain(error):
-        said = {getattr(x, attr, None) for x in (e, getattr(e, "orig", None)) for attr in ("sqlite_errorname", "sqlstate")}
+        said = {getattr(x, attr, None) for x in (e, getattr(e, "orig", None))
+                for attr in ("sqlite_errorname", "sqlstate")}
         if said & set(DAMAGED):
             return "damaged"
         if said & set(FULL):
@@ -163,15 +166,21 @@ def full(url: str, error: BaseException) -> StorageFull:
                        "run the same command again")
 
 
+def _retried(name: str):
+    """The storage method `name`, called on the wrapped storage through PatientStorage.call (waited out)."""
+    def method(self, *args, **kwargs):
+        return self.call(name, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
 class PatientStorage(BaseStorage, BaseHeartbeat):
     """An RDBStorage whose every call waits out a storage that stopped answering: tried again after a doubling pause
-    until `patience` seconds are spent, then StorageAway."""
+    until `patience` seconds are spent, then StorageAway (StorageFull where its disk is full)."""
 
     def __init__(self, inner: optuna.storages.RDBStorage, url: str, patience: float):
         self.inner, self.url, self.patience = inner, url, patience
-
-    def __getattr__(self, name):  # what Optuna asks beyond the protocol (remove_session, ...): as it is
-        return getattr(self.inner, name)
 
     def call(self, name: str, *args, **kwargs):
         deadline, pauses, tries = time.monotonic() + self.patience, iter(PAUSES), 0
@@ -195,24 +204,43 @@ class PatientStorage(BaseStorage, BaseHeartbeat):
                 tries += 1
                 time.sleep(pause)
 
+    # Optuna 5.1's storage protocol: BaseStorage's abstract methods, those RDBStorage implements again, and the
+    # heartbeat's; BaseStorage's other methods call these
+    create_new_study = _retried("create_new_study")
+    delete_study = _retried("delete_study")
+    set_study_user_attr = _retried("set_study_user_attr")
+    set_study_system_attr = _retried("set_study_system_attr")
+    get_study_id_from_name = _retried("get_study_id_from_name")
+    get_study_name_from_id = _retried("get_study_name_from_id")
+    get_study_directions = _retried("get_study_directions")
+    get_study_user_attrs = _retried("get_study_user_attrs")
+    get_study_system_attrs = _retried("get_study_system_attrs")
+    get_all_studies = _retried("get_all_studies")
+    create_new_trial = _retried("create_new_trial")
+    set_trial_param = _retried("set_trial_param")
+    get_trial_param = _retried("get_trial_param")
+    get_trial_id_from_study_id_trial_number = _retried("get_trial_id_from_study_id_trial_number")
+    set_trial_state_values = _retried("set_trial_state_values")
+    set_trial_intermediate_value = _retried("set_trial_intermediate_value")
+    set_trial_user_attr = _retried("set_trial_user_attr")
+    set_trial_system_attr = _retried("set_trial_system_attr")
+    get_trial_user_attrs = _retried("get_trial_user_attrs")
+    get_trial_system_attrs = _retried("get_trial_system_attrs")
+    get_trial = _retried("get_trial")
+    get_all_trials = _retried("get_all_trials")
+    get_best_trial = _retried("get_best_trial")
+    _get_stale_trial_ids = _retried("_get_stale_trial_ids")  # BaseHeartbeat's own (private) name
+    get_heartbeat_interval = _retried("get_heartbeat_interval")
+    get_heartbeat_stale_trial_callback = _retried("get_heartbeat_stale_trial_callback")
+
+    def remove_session(self) -> None:
+        self.inner.remove_session()
+
     def record_heartbeat(self, trial_id: int) -> None:
         # from the heartbeat's thread: a beat missed while the storage is away is harmless (the grace period is four
         # of them), and the trial's own calls wait for the storage and say it
         with contextlib.suppress(Exception):
             self.inner.record_heartbeat(trial_id)
-
-
-def _forward(name: str):
-    def forward(self, *args, **kwargs):
-        return self.call(name, *args, **kwargs)
-
-    forward.__name__ = name
-    return forward
-
-
-for _name in (*BaseStorage.__abstractmethods__, *(BaseHeartbeat.__abstractmethods__ - {"record_heartbeat"})):
-    setattr(PatientStorage, _name, _forward(_name))
-PatientStorage.__abstractmethods__ = frozenset()
 
 
 def _already(inner, trial_id: int, state, values=None) -> bool:
