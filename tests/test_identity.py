@@ -217,3 +217,26 @@ def test_a_store_the_release_before_options_built_is_found_and_nothing_is_retrai
     assert [r["code_lineage"] for r in after] == [[before["code"]]] * 2
     assert after[1]["config"]["method_options"]["lambda_weight"] == 0.01
     assert len([line for line in said if "upgraded to key scheme" in line]) == 1
+
+
+def test_a_lineage_entry_carries_every_record_but_the_runs_it_names_as_moved(tmp_path, monkeypatch):
+    """A chain of code_lineage.json entries: a record of the oldest code is carried unless an entry on its way names
+    its run in `except` (DiffCSE's host-drawn insertion moved its numbers, which no doctor check covers)."""
+    from cse_kit.results import upgrade
+
+    lineage = tmp_path / "code_lineage.json"
+    lineage.write_text(json.dumps([
+        {"from": "a", "to": "b", "evidence": "doctor"},
+        {"from": "b", "to": "c", "evidence": "doctor",
+         "except": [{"method": "diffcse", "method_options.edit": ["insert", "delete", "all"]}]}]))
+    monkeypatch.setattr(upgrade, "LINEAGE_FILE", lineage)
+    carried = upgrade.carried_codes("c")
+    assert set(carried) == {"a", "b"} and upgrade.equivalent_codes("c") == {"a", "b"}
+
+    def record(edit):
+        return {"config": {"method": "diffcse", "method_options": {"edit": edit}}}
+
+    assert [upgrade.excepted(record(edit), carried["a"]) for edit in ("replace", "insert", "all")] == [
+        False, True, True]
+    assert not upgrade.excepted({"config": {"method": "simcse", "method_options": {}}}, carried["a"])
+    assert upgrade.carried_codes("b") == {"a": []}  # before the change: nothing excepted

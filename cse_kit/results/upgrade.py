@@ -12,7 +12,9 @@ The code a record was computed with is in its key, so a change of the kit's code
 where the change is known to give the same numbers: code_lineage.json lists (from, to) code digests between which the
 whole `cse-kit doctor` printed every check the same (it writes the entry itself: cse_kit.doctor). A record computed
 by a code on the way to this one is carried to this code's key; it says so (`code_lineage`: the codes it came
-through)."""
+through). An entry may name runs whose numbers the change did move though the doctor checks none of them
+(`except`: settings, as dotted paths into a record's config, and the values that mark them): those are not carried,
+and are computed again when asked."""
 
 from __future__ import annotations
 
@@ -50,12 +52,30 @@ def scheme(store) -> int:
 
 def equivalent_codes(code: str) -> set[str]:
     """The code digests that lead to `code` through code_lineage.json (the same numbers, by the whole doctor)."""
+    return set(carried_codes(code))
+
+
+def carried_codes(code: str) -> dict[str, list[dict]]:
+    """Each code digest that leads to `code` through code_lineage.json, with the exceptions of the entries on its way
+    (the runs whose numbers moved there: not carried)."""
     entries = json.loads(LINEAGE_FILE.read_text()) if LINEAGE_FILE.is_file() else []
-    found, frontier = set(), {code}
+    found, frontier = {}, {code: []}
     while frontier:
-        frontier = {e["from"] for e in entries if e["to"] in frontier} - found - {code}
-        found |= frontier
+        frontier = {e["from"]: [*frontier[e["to"]], *e.get("except", [])] for e in entries
+                    if e["to"] in frontier and e["from"] not in found and e["from"] != code}
+        found.update(frontier)
     return found
+
+
+def excepted(record: dict, exceptions: list[dict]) -> bool:
+    """Whether the record's run is one of `exceptions` (each: dotted config paths -> the values that mark the run)."""
+    def value(path: str):
+        found = record.get("config") or {}
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        return found
+
+    return any(all(value(path) in values for path, values in exception.items()) for exception in exceptions)
 
 
 def add_lineage(old: str, new: str, evidence: str) -> None:
@@ -79,11 +99,13 @@ def upgrade(store) -> None:
     with holder_lock(lock_path):
         if _current(store, store_state(store)):  # another process upgraded it while this one waited
             return
-        carried = equivalent_codes(code_version())
+        lineage = carried_codes(code_version())
         upgraded, moved, moved_code, kept = 0, 0, 0, []
         for path in sorted((store.root / "records").glob("*.json")):
             record = read_checked(path)
-            if record is None or (record.get("key_scheme") == KEY_SCHEME and record["code_version"] not in carried):
+            code = record and record["code_version"]
+            carried = {code} if code in lineage and not excepted(record, lineage[code]) else set()
+            if record is None or (record.get("key_scheme") == KEY_SCHEME and not carried):
                 continue
             new = rekeyed(record, store.data_dir, carried)
             if new is None:
