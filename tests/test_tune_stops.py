@@ -168,7 +168,7 @@ def _wait_for(predicate, timeout: float = 120, what: str = "") -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_signal_stops_the_study_in_one_line_and_the_rerun_continues_it(stop, data_dir, tmp_path, uninterrupted):
     """SIGTERM (a scheduler, `kill`) or SIGINT while trial 1 trains: exit 143 or 130, one line saying the study
     continues on rerun, no trial RUNNING (trial 1 failed, its configuration WAITING first); the same command then
