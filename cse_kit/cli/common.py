@@ -86,8 +86,8 @@ def data_dir_arg(p: argparse.ArgumentParser) -> None:
                    help="data directory (default: $CSE_KIT_DATA, else data/ in the repository)")
 
 
-def results_dir_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results-dir", help="results store (default: $CSE_KIT_RESULTS or reports/results)")
+def results_dir_arg(p: argparse.ArgumentParser, what: str = "results store") -> None:
+    p.add_argument("--results-dir", help=f"{what} (default: $CSE_KIT_RESULTS or reports/results)")
 
 
 def check_results_dir(results_dir) -> None:

@@ -4,12 +4,15 @@ model saved for sentence-transformers."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+from functools import partial
 from pathlib import Path
 
 from ..experiments import chosen_profile
 from ..methods.mlm_head import fit_mlm_head
 from ..models import FITTED_MLM, fitted_mlm_dir
+from ..results import ResultStore
 from ..train import PRESETS, build_config, export_sentence_transformers, train
 from ..train.launch import join_srun_step
 from ..train.checkpoint import resume_words
@@ -17,7 +20,7 @@ from ..train.loop import TrainingStopped
 from ..train.preemption import slurm_training
 from ..train.presets import PROFILES
 from ..train.tracking import watch_commands
-from .common import command, data_dir_arg, log_with_arg, resumable, signals_restored, terminating
+from .common import command, data_dir_arg, log_with_arg, results_dir_arg, resumable, signals_restored, terminating
 
 
 def add_train(sub) -> None:
@@ -31,8 +34,13 @@ def add_train(sub) -> None:
                         "smoke: tiny random models, seconds; mini-rehearsal: mini's models at smoke's sizes; auto "
                         "(default, as the notebooks): paper with a CUDA GPU, else mini where its models are cached or "
                         "the Hub answers, else cpu")
-    p.add_argument("--output-dir", help="run directory (default runs/<preset>-<profile>)")
-    p.add_argument("--seed", type=int)
+    results_dir_arg(p, "the results store the run trains into, under the key the notebooks ask for it by, so the "
+                       "notebooks, the report, `cse-kit status` and `publish` find it and nothing trains it twice "
+                       "(its folder: <results dir>/runs/<key>/)")
+    p.add_argument("--output-dir", help="train into this folder of your own instead, outside the results store "
+                                        "(the notebooks and `cse-kit status` do not see it)")
+    p.add_argument("--seed", type=int, help="default: in the results store, the profile's first notebook seed (42; "
+                                            "smoke 1), so a notebook reuses the run; with --output-dir, 42")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other setting (repeatable)")
     p.add_argument("--no-progress", action="store_true")
@@ -46,22 +54,59 @@ def add_train(sub) -> None:
 def cmd_train(args) -> int:
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = chosen_profile(args.profile)
+    if args.output_dir is None and args.resume_with_changes:
+        raise ValueError("--resume-with-changes resumes a run folder of your own: give its --output-dir (in the "
+                         "results store a changed setting is another run, under a key of its own)")
+    if args.output_dir is None and args.seed is None:  # the seed a notebook trains first: it reuses this run
+        args.seed = PROFILES[profile]["report"]["seeds"][0]
     cfg = build_config(args.preset, profile, _train_overrides(args))
+    store = None if args.output_dir else ResultStore(args.results_dir, args.data_dir, progress=not args.no_progress,
+                                                      notify=partial(print, flush=True))
+    run = Path(cfg.output_dir) if store is None else store.run_dir(store.key(cfg))
     # in a SLURM job SIGTERM and SIGUSR2 stop the run after its current step, at a checkpoint, and it is requeued;
     # elsewhere SIGTERM stops it as Ctrl-C does
-    with signals_restored(signal.SIGTERM, signal.SIGUSR2), resumable(lambda: resume_words(Path(cfg.output_dir))):
+    with signals_restored(signal.SIGTERM, signal.SIGUSR2), resumable(lambda: resume_words(run)):
         preemption = slurm_training()
         with terminating() if preemption is None else contextlib.nullcontext():
             try:
-                summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+                if store is None:
+                    summary = train(cfg, progress=not args.no_progress, resume_with_changes=args.resume_with_changes)
+                else:
+                    summary = _train_in_store(store, cfg, progress=not args.no_progress)
             except TrainingStopped as stopped:
                 preemption.leave(f"{stopped}")
-    print(f"best {cfg.metric} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
+    if summary is None:  # a second process of a multi-process run: the first says where the run is
+        return 0
+    print(f"best {summary['metric']} {summary['best']:.2f} at step {summary['best_step']} of {summary['steps']}; "
           f"model: {summary['model']}")
+    if store is None:
+        print(f"{run} is a folder of your own, outside the results store: the notebooks, the report and `cse-kit "
+              "status` do not see it (leave --output-dir out to train into the store)")
+    else:
+        print(f"results store {store.root}: record {run.name}, run folder {run} (`cse-kit status` lists it; a "
+              "notebook asking for this run reuses it)")
     print(f"evaluate it: cse-kit eval --model {summary['model']} --tasks sts --mode test")
-    for line in watch_commands(Path(cfg.output_dir)):
+    for line in watch_commands(run):
         print(f"watch its curves: {line}")
     return 0
+
+
+def _train_in_store(store: ResultStore, cfg, progress: bool) -> dict | None:
+    """Train cfg as the results store's run of its key (or reuse it, finished), returning what train() returns; None
+    on the processes of a multi-process run but its first, which holds the key's lock and writes the record while
+    they train with it into the same folder."""
+    key = store.key(cfg)
+    if not store.has_key(key, ()):
+        if int(os.environ.get("RANK", "0")) != 0:
+            train(cfg.replace(output_dir=str(store.run_dir(key)), data_dir=store.data_dir), progress=progress)
+            return None
+        store.get(cfg, ())
+    elif int(os.environ.get("RANK", "0")) != 0:
+        return None
+    else:
+        print(f"the results store holds this run already, trained (record {key}): nothing to train")
+    record = store.read(key)
+    return {**record["train"], "model": str(store.run_dir(key) / "model")}
 
 
 def _train_overrides(args) -> list[str]:
