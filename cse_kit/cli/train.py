@@ -54,13 +54,14 @@ def add_train(sub) -> None:
 def cmd_train(args) -> int:
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = chosen_profile(args.profile)
-    if args.output_dir is None and args.resume_with_changes:
+    own_folder = args.output_dir is not None or "output_dir" in _set_names(args)
+    if not own_folder and args.resume_with_changes:
         raise ValueError("--resume-with-changes resumes a run folder of your own: give its --output-dir (in the "
                          "results store a changed setting is another run, under a key of its own)")
-    if args.output_dir is None and args.seed is None:  # the seed a notebook trains first: it reuses this run
+    if not own_folder and args.seed is None:  # the seed a notebook trains first: it reuses this run
         args.seed = PROFILES[profile]["report"]["seeds"][0]
     cfg = build_config(args.preset, profile, _train_overrides(args))
-    store = None if args.output_dir else ResultStore(args.results_dir, args.data_dir, progress=not args.no_progress,
+    store = None if own_folder else ResultStore(args.results_dir, args.data_dir, progress=not args.no_progress,
                                                       notify=partial(print, flush=True))
     run = Path(cfg.output_dir) if store is None else store.run_dir(store.key(cfg))
     # in a SLURM job SIGTERM and SIGUSR2 stop the run after its current step, at a checkpoint, and it is requeued;
@@ -107,6 +108,11 @@ def _train_in_store(store: ResultStore, cfg, progress: bool) -> dict | None:
         print(f"the results store holds this run already, trained (record {key}): nothing to train")
     record = store.read(key)
     return {**record["train"], "model": str(store.run_dir(key) / "model")}
+
+
+def _set_names(args) -> set[str]:
+    """The settings --set gives (`--set output-dir=...` names output_dir)."""
+    return {o.partition("=")[0].strip().replace("-", "_") for o in args.set or ()}
 
 
 def _train_overrides(args) -> list[str]:
