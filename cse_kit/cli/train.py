@@ -54,15 +54,16 @@ def add_train(sub) -> None:
 def cmd_train(args) -> int:
     join_srun_step()  # under `srun --ntasks N`, the N tasks train one run together
     profile = chosen_profile(args.profile)
-    own_folder = args.output_dir is not None or "output_dir" in _set_names(args)
+    given = _set_names(args)
+    own_folder = args.output_dir is not None or "output_dir" in given
     if not own_folder and args.resume_with_changes:
         raise ValueError("--resume-with-changes resumes a run folder of your own: give its --output-dir (in the "
                          "results store a changed setting is another run, under a key of its own)")
-    if not own_folder and args.seed is None:  # the seed a notebook trains first: it reuses this run
+    if not own_folder and args.seed is None and "seed" not in given:  # a notebook's first: reused
         args.seed = PROFILES[profile]["report"]["seeds"][0]
     cfg = build_config(args.preset, profile, _train_overrides(args))
     store = None if own_folder else ResultStore(args.results_dir, args.data_dir, progress=not args.no_progress,
-                                                      notify=partial(print, flush=True))
+                                                notify=partial(print, flush=True))
     run = Path(cfg.output_dir) if store is None else store.run_dir(store.key(cfg))
     # in a SLURM job SIGTERM and SIGUSR2 stop the run after its current step, at a checkpoint, and it is requeued;
     # elsewhere SIGTERM stops it as Ctrl-C does
