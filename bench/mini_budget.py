@@ -30,9 +30,9 @@ import torch
 
 from cse_kit.eval import Encoder
 from cse_kit.eval.runner import evaluate
+from cse_kit.models import load_encoder
 from cse_kit.models.standins import write_standin
 from cse_kit.train import build_config, train
-from cse_kit.train.loop import load_encoder
 from cse_kit.train.presets import PROFILES
 
 METHODS = ("simcse-bert", "diffcse-bert-sts", "scd-bert", "esimcse-bert", "promptbert-bert", "consert-bert",

@@ -7,8 +7,8 @@
                               [--output result.json]
 
 What is timed is what trains: the loop's own step, cse_kit.train.step.TrainStep, built as the loop builds it
-(an Accelerator from cse_kit.train.precision.build_accelerator, the optimizers and schedules of
-cse_kit.train.loop._optimization, Accelerate's prepare), with each step's batches made (and timed) just before it.
+(an Accelerator from cse_kit.train.precision.build_accelerator, the stages' steps, the optimizers and schedules
+and Accelerate's prepare of cse_kit.train.setup), with each step's batches made (and timed) just before it.
 
 What is built, all from configs (no download, random weights):
 - the encoder: BERT-base (`transformers.BertConfig()`) or RoBERTa-base (`RobertaConfig` with roberta-base's sizes),
@@ -86,6 +86,7 @@ from unittest import mock
 import numpy as np
 import torch
 
+from cse_kit.train.setup import main_stage_steps, optimization, stage_steps
 from cse_kit.train.step import TrainStep, compile_modules
 
 #: method -> (row name, preset) per shape: one preset per method, the paper's main unsupervised recipe
@@ -302,24 +303,20 @@ def step_accelerator(setting: str, device):
     return build_accelerator(setting)
 
 
-def main_stage_steps(cfg) -> int:
-    """The main stage's optimizer steps of the preset's full run (over CORPUS_LINES)."""
-    steps = CORPUS_LINES[cfg.data] // cfg.batch_size * cfg.epochs // cfg.gradient_accumulation
-    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+def main_steps(cfg) -> int:
+    """The main stage's optimizer steps of the preset's full run (over CORPUS_LINES), as the loop counts them
+    (cse_kit.train.setup.main_stage_steps)."""
+    return main_stage_steps(cfg, CORPUS_LINES[cfg.data] // cfg.batch_size)
 
 
 def train_step(cfg, objective, batches, nli_batches, device) -> TimedStep:
-    """The loop's step (cse_kit.train.step.TrainStep) of `objective`, built as cse_kit.train.loop builds it: the
-    Accelerator of the run's precision, the optimizers and schedules of loop._optimization (which compiles the
-    modules where cfg.compile says), objective and optimizers prepared."""
-    from cse_kit.train.loop import _optimization
-
+    """The loop's step (cse_kit.train.step.TrainStep) of `objective`, built as the loop builds it: the Accelerator
+    of the run's precision, the stages' steps and the optimizers, schedules and preparation of
+    cse_kit.train.setup (which compiles the modules where cfg.compile says)."""
     accelerator = step_accelerator(cfg.mixed_precision, device)
-    first_stage = cfg.stage1_steps if objective.two_stages else 0
-    params, optimizers, schedulers = _optimization(cfg, objective, accelerator.device, accelerator.mixed_precision,
-                                                   first_stage, main_stage_steps(cfg))
-    prepared, *optimizers = accelerator.prepare(objective, *optimizers)
-    return TimedStep(cfg, accelerator, prepared, accelerator.unwrap_model(prepared), params, optimizers, schedulers,
+    first_stage, main = stage_steps(cfg, CORPUS_LINES[cfg.data] // cfg.batch_size, objective)
+    run = optimization(cfg, objective, accelerator, first_stage, main)
+    return TimedStep(cfg, accelerator, run.objective, run.unwrapped, run.params, run.optimizers, run.schedulers,
                      batches, nli_batches, first_stage)
 
 
@@ -504,7 +501,7 @@ def peak_tflops(device, precision: str, given: float | None) -> tuple[float | No
 def project(cfg, main: dict, stage1: dict | None, dev_s: float, checkpoint_s: float) -> dict:
     """Seconds of the preset's full run by part: stage-1 and main steps (a step's parts hold all its micro-batches),
     dev evaluations, checkpoints."""
-    steps = main_stage_steps(cfg)
+    steps = main_steps(cfg)
     first = cfg.stage1_steps if stage1 else 0
     total = first + steps
     per_part = {k: main["parts"][k] * steps + (stage1["parts"][k] * first if stage1 else 0) for k in PARTS}

@@ -38,11 +38,10 @@ import torch
 
 from cse_kit.environment import keep_freed_memory
 from cse_kit.eval import DevEvaluator
-from cse_kit.models import resolve_reference
+from cse_kit.models import load_encoder, resolve_reference
 from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
 from cse_kit.eval.prompt import Template
-from cse_kit.train.loop import load_encoder
 from cse_kit.train.optim import build_optimizer, fused_update
 
 

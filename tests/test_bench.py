@@ -208,7 +208,7 @@ def test_a_cpus_peak_is_the_matmul_ceiling_of_the_precision_measured_now():
 
 def test_flops_are_counted_per_transformer_pass():
     from cse_kit.train import build_config, build_objective
-    from cse_kit.train.loop import load_encoder
+    from cse_kit.models import load_encoder
 
     cfg = build_config("simcse-bert", "smoke")
     objective = build_objective(cfg, *load_encoder(cfg.model))

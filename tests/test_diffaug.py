@@ -116,7 +116,8 @@ def _cli(args):
 
 
 def _stage_one_moved_the_prefixes_only(checkpoint) -> None:
-    from cse_kit.train.loop import build_objective, load_encoder
+    from cse_kit.models import load_encoder
+    from cse_kit.train import build_objective
 
     from accelerate.utils import set_seed
 

@@ -20,7 +20,9 @@ from cse_kit.models import load_model
 from cse_kit.models.prefix import PrefixedEncoder
 from cse_kit.eval.prompt import PROMPTBERT_BERT, Template
 from cse_kit.train import build_config, train
-from cse_kit.train.loop import STAGE1_FILE, build_objective, load_encoder
+from cse_kit.models import load_encoder
+from cse_kit.train import build_objective
+from cse_kit.train.loop import STAGE1_FILE
 
 from conftest import SAME_ARITHMETIC, agrees
 

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 from cse_kit.methods.grad_cache import backward_with, cached_step, chunks, take
 from cse_kit.results import record_key
 from cse_kit.train import build_config, build_objective, train
-from cse_kit.train.loop import _accelerator, _training_data, load_encoder
+from cse_kit.models import load_encoder
+from cse_kit.train.setup import run_accelerator, training_data
 
 from conftest import cli_env, kill_9_before_checkpoint, rerandomize
 
@@ -43,7 +44,7 @@ def _objective_and_batch(name, data_dir, tmp_path, dropout=0.0, **changes):
     torch.manual_seed(0)
     objective = build_objective(cfg, tokenizer, encoder).train()
     objective.stage = 2
-    _, batches, nli = _training_data(cfg, tokenizer, _accelerator(cfg))
+    _, batches, nli = training_data(cfg, tokenizer, run_accelerator(cfg))
     batch = batches(0)
     if nli is not None:
         batch.update({f"nli_{k}": v for k, v in nli(0).items() if k != "example_index"})

@@ -92,3 +92,39 @@ def test_an_import_up_a_layer_and_a_circle_are_seen_wherever_they_are_written():
                      "cse_kit.eval.encode": {"cse_kit.data.loaders", "cse_kit.io"}, "cse_kit.io": set()}
     assert up_imports(edges) == ["cse_kit.data.loaders -> cse_kit.eval.encode"]
     assert circles(edges) == [["cse_kit.data.loaders", "cse_kit.eval.encode", "cse_kit.data.loaders"]]
+
+
+def private_imports(source: str, module: str) -> list[str]:
+    """`from M import _name` in `source` (module `module`) where M is a module of the kit (cse_kit, bench) outside the
+    importing module's own package: a name a package keeps to itself, used from another."""
+    package = module.rpartition(".")[0] if not module.endswith(".__init__") else module.removesuffix(".__init__")
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+        source_module = ".".join(base + ([node.module] if node.module else []))
+        if source_module.split(".")[0] not in ("cse_kit", "bench") or \
+                source_module == package or source_module.startswith(package + "."):
+            continue
+        found += [f"{module}: from {source_module} import {alias.name}" for alias in node.names
+                  if alias.name.startswith("_") and not alias.name.endswith("__")]
+    return found
+
+
+def test_no_module_imports_another_packages_private_name():
+    """What a package shares it names in public; a private name used from another package is a contract nobody
+    wrote down (bench/ is a package of its own here, as each of cse_kit's)."""
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "bench").glob("*.py")]):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        found += private_imports(path.read_text(), name)
+    assert not found, "name it in public where it is defined, or move it to its user: " + "; ".join(found)
+
+
+def test_a_private_name_from_another_package_is_seen():
+    source = "from .checkpoint import _sha256\nfrom ..models import _packaged_copy\nfrom ..io import _x"
+    assert private_imports(source, "cse_kit.train.loop") == [
+        "cse_kit.train.loop: from cse_kit.models import _packaged_copy", "cse_kit.train.loop: from cse_kit.io import _x"]
+    assert private_imports("from cse_kit.train.loop import _x, __version__\n", "bench.paper_speed") == [
+        "bench.paper_speed: from cse_kit.train.loop import _x"]

@@ -19,7 +19,10 @@ from cse_kit.methods.registry import is_kit_method
 from cse_kit.methods.semi import SemiSupervised
 from cse_kit.train import build_config, train
 from cse_kit.train.export import ST_POOLING, export_sentence_transformers
-from cse_kit.train.loop import _optimization, build_objective, load_encoder
+from cse_kit.models import load_encoder
+from cse_kit.train import build_objective
+from cse_kit.train.precision import build_accelerator
+from cse_kit.train.setup import optimization
 
 SENTENCES = ["a man is playing a guitar .", "two dogs run in the snow", "the stock market fell"]
 
@@ -73,7 +76,8 @@ def test_a_method_s_own_part_trains_at_its_own_learning_rate(data_dir, tmp_path,
                                                 "output_dir": str(tmp_path / "run"), "weight_decay": 0.0})
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
     objective = build_objective(cfg, tokenizer, encoder)
-    _, (optimizer,), (schedule,) = _optimization(cfg, objective, torch.device("cpu"), "no", 0, 4)
+    run = optimization(cfg, objective, build_accelerator("no"), 0, 4)
+    (optimizer,), (schedule,) = run.optimizers, run.schedulers
     main, own = optimizer.param_groups
     assert own["params"] == [objective.log_scale] and all(p is not objective.log_scale for p in main["params"])
     assert (main["lr"], own["lr"]) == pytest.approx((cfg.lr, 0.01))

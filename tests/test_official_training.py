@@ -404,7 +404,7 @@ def test_consert_official_code_selects_on_the_last_layers_mean_and_cuts_test_sen
     import cse_kit.eval
     from cse_kit import cli
     from cse_kit.eval.dev import DevEvaluator
-    from cse_kit.train.loop import load_encoder
+    from cse_kit.models import load_encoder
 
     cfg, summary = _consert_run(data_dir, tmp_path, "official-code")
     model_dir = Path(summary["model"])
@@ -534,7 +534,8 @@ def test_each_official_optimizer_decays_the_parameters_its_trainer_decayed(data_
     """With a weight decay set, each method's official optimizer decays what its official trainer decayed, on the
     objective the loop trains (the encoder, heads, generator or discriminator, prefixes, classifier). DiffAug's
     first-stage optimizer too."""
-    from cse_kit.train.loop import build_objective, load_encoder
+    from cse_kit.models import load_encoder
+    from cse_kit.train import build_objective
 
     field = _variants(preset)[0]
     cfg = build_config(preset, "smoke", {field: "official-code", "weight_decay": 0.1, "data_dir": str(data_dir)})
@@ -556,7 +557,8 @@ def test_each_official_optimizer_decays_the_parameters_its_trainer_decayed(data_
 def test_the_name_rule_and_scds_module_rule_leave_the_same_parameters_undecayed():
     """The kit matches names ("bias", "LayerNorm.weight") for SCD as for the 4.2.1 runs: on every encoder the kit
     trains, a LayerNorm is named LayerNorm, so 4.10's rule by module type picks the same parameters."""
-    from cse_kit.train.loop import build_objective, load_encoder
+    from cse_kit.models import load_encoder
+    from cse_kit.train import build_objective
 
     for preset in ("scd-bert-official", "promptbert-sup-bert", "diffcse-bert-sts"):
         cfg = build_config(preset, "smoke", [f"{_variants(preset)[0]}=official-code"])

@@ -145,7 +145,7 @@ def test_stage1_snapshots_are_saved_every_k_steps_and_the_last_is_the_boundary_s
 
 
 def test_stage1_dynamics_measures_every_snapshot_once_and_reads_the_cache_back(snapshot_run, monkeypatch):
-    from cse_kit.train.loop import load_encoder
+    from cse_kit.models import load_encoder
 
     run, cfg = snapshot_run
     tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)

@@ -16,12 +16,14 @@ from torch.overrides import TorchFunctionMode
 from cse_kit.data.registry import ORDERED_CORPORA, is_nli
 from cse_kit.eval.encode import pad_length
 from cse_kit.methods.registry import method_class
+from cse_kit.models import load_encoder
 from cse_kit.results.identity import subject_dict
 from cse_kit.results.upgrade import new_subject
 from cse_kit.train import build_config, train
 from cse_kit.train import loop
 from cse_kit.train.config import CAPTURED, COMPILE_MODES
 from cse_kit.train.data import Batches, longest_row
+from cse_kit.train.setup import run_accelerator, training_data
 from cse_kit.train.step import (COMPILED_GRAPHS, TrainStep, compile_line, compile_modules, graphs_table, pad_alike,
                                  padding_line, resolve_padding)
 
@@ -54,7 +56,7 @@ def _widths(padding: str, data_dir) -> tuple[list, Batches]:
     """The width of every batch of an epoch of the smoke preset's data padded as `padding` says, rows up to 128
     tokens long (at the smoke preset's 32 every batch holds a 32-token row, and every padding gives 32)."""
     cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir), "pad_to": padding, "max_seq_length": 128})
-    _, batches, _ = loop._training_data(cfg, *_tokenizer_and_accelerator())
+    _, batches, _ = training_data(cfg, *_tokenizer_and_accelerator())
     return [batches(i)["input_ids"].shape[-1] for i in range(batches.steps_per_epoch)], batches
 
 
@@ -70,7 +72,7 @@ def test_every_batch_is_padded_to_the_datas_longest_row(data_dir):
 
 def _tokenizer_and_accelerator():
     cfg = build_config("simcse-bert", "smoke")
-    return loop.load_encoder(cfg.model)[0], loop._accelerator(cfg)
+    return load_encoder(cfg.model)[0], run_accelerator(cfg)
 
 
 def _objective_and_padded_batch(preset, data_dir, tmp_path, padding: str):
@@ -78,7 +80,7 @@ def _objective_and_padded_batch(preset, data_dir, tmp_path, padding: str):
     padded as `padding` says, the method told how the run pads (as the step tells it) and its host draws made."""
     objective, _ = _objective_and_batch(preset, data_dir, tmp_path)
     cfg = build_config(preset, "smoke", {"data_dir": str(data_dir), "pad_to": padding, "max_seq_length": 128})
-    _, batches, _ = loop._training_data(cfg, loop.load_encoder(cfg.model)[0], loop._accelerator(cfg))
+    _, batches, _ = training_data(cfg, load_encoder(cfg.model)[0], run_accelerator(cfg))
     pad_alike(objective, batches)
     shorter = next(i for i in range(batches.steps_per_epoch)  # a batch whose rows are all shorter than the longest
                    if Batches.__call__(batches, i)["attention_mask"].sum(-1).max() < longest_row(
@@ -275,7 +277,7 @@ def _between_logging_steps(monkeypatch, reads: HostReads, first: int, last: int)
     optimizer_step, host_batch = loop._Training.optimizer_step, TrainStep.host_batch
 
     def step(self):
-        reads.on = first <= self.state["step"] + 1 < last
+        reads.on = first <= self.state.step + 1 < last
         return optimizer_step(self)
 
     def host(self, *args):

@@ -80,7 +80,7 @@ def _compute_in_parallel(plan: list, s: Setup, evals: tuple) -> None:
                          s.workers, s.cluster)
 
 
-def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable | None]]:
+def plan_rows(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable | None]]:
     """(row, [(seed, subject)], why the profile cannot run it or None) per row."""
     plan = []
     for row in rows:
@@ -95,7 +95,7 @@ def _plan(rows: list[Row], s: Setup) -> list[tuple[Row, list, ProfileUnavailable
 def _fetch(rows: list[Row], s: Setup, evals: tuple) -> list[tuple[Row, list[tuple[int, dict]], ProfileUnavailable | None]]:
     """(row, [(seed, record)], why the profile cannot run it or None) per row: records reused where finished, computed
     where not. Says how many runs are finished and how many to compute, then a line before and after each."""
-    plan = _plan(rows, s)
+    plan = plan_rows(rows, s)
     _compute_in_parallel(plan, s, evals)
     keys = {id(subject): s.store.key(subject) for _, subjects, _ in plan for _, subject in subjects}
     runs = set(keys.values())  # rows may share runs

@@ -206,6 +206,16 @@ def load_model(ref: str, *, model_class=None, offline: bool | None = None, data_
     return tokenizer, model
 
 
+def load_encoder(ref: str, dropout: float | None = None):
+    """(tokenizer, encoder) without BERT's next-sentence pooler, as SimCSE and DiffCSE build it; `dropout` sets the
+    hidden and attention dropout where given."""
+    kwargs = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    try:  # SimCSE/DiffCSE build their encoders without BERT's NSP pooler
+        return load_model(ref, add_pooling_layer=False, **kwargs)
+    except TypeError:  # a model class without that argument (no pooler to leave out)
+        return load_model(ref, **kwargs)
+
+
 def _untyped_config(ref: str, resolved: str, local: bool, offline: bool, kwargs: dict) -> dict:
     """{"config": a BertConfig} for a BERT miniature (or a local folder) whose config.json names no model type,
     with the config overrides of kwargs moved into it (popped); else {}. See miniatures.bert_config_where_untyped."""

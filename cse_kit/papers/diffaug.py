@@ -443,7 +443,7 @@ def stage1_curves(record: dict, store, sentences: list[str]) -> dict:
     """δ, κ and the stage-1 loss at each of a run's stage-1 snapshots, and the dropout reference δ, measured on its
     base encoder (stage 1 leaves it frozen); cached in the run's folder (cse_kit.eval.prefix_dynamics)."""
     from ..eval.prefix_dynamics import stage1_dynamics
-    from ..train.loop import load_encoder
+    from ..models import load_encoder
 
     from ..train.config import TrainConfig
 

@@ -206,7 +206,7 @@ def _architecture(profile: str, backbone: str):
     configurations with random weights, so counting needs no download."""
     from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
-    from ..train.loop import load_encoder
+    from ..models import load_encoder
 
     if profile == "paper":
         if backbone == "bert":

@@ -6,10 +6,10 @@ out what it holds.
 
 What each notebook asks for (NEEDS) is its run_rows / records calls written out with the same row builders the
 notebook calls (cse_kit.papers.*) and its parameters' defaults read from its `parameters` cell; each row becomes its
-runs through experiments.rows._plan, the function the notebooks' own calls use (seeds, the SLURM precision, the rows
+runs through experiments.rows.plan_rows, the function the notebooks' own calls use (seeds, the SLURM precision, the rows
 a profile cannot run), so the keys are the ones the report would train and store. A run two notebooks share is
 trained once: by the first of them in the report's order, where it is billed. A run's steps are the training loop's
-(train.loop._stage_steps, given the corpus's recorded size: cse_kit.data.registry), its seconds those steps at the
+(train.setup.stage_steps, given the corpus's recorded size: cse_kit.data.registry), its seconds those steps at the
 measured step time, its dev evaluations and its checkpoints.
 
 Known before the notebooks run only as estimates, and said so: DiffAug's `_joint` α (chosen on STS-B dev: counted at
@@ -113,12 +113,12 @@ def _joint_alpha(candidates: list, groups: dict, c: Context, notes: list) -> dic
     import pandas as pd
 
     from ..experiments import best_on_dev
-    from ..experiments.rows import _plan
+    from ..experiments.rows import plan_rows
     from ..papers import diffaug
 
     s, lines = c.setup, []
     complete = True
-    for row, subjects, unavailable in _plan(candidates, s):
+    for row, subjects, unavailable in plan_rows(candidates, s):
         for seed, subject in subjects:
             key = s.store.key(subject)
             if s.store.has_key(key, ("sts_dev",)):
@@ -338,7 +338,7 @@ def _ordered_pairs(source: str, data_dir) -> tuple[int, str | None]:
 
 
 def training_examples(cfg, data_dir=None) -> tuple[int, str | None]:
-    """(the examples a run trains on, as the loop loads them: train.loop._training_data; why an estimate or None),
+    """(the examples a run trains on, as the loop loads them: train.setup.training_data; why an estimate or None),
     from the counts the registry records where it does, else from the data."""
     from ..data.registry import ORDERED_CORPORA, REGISTRY, is_nli
     from ..train.data import subsample_examples
@@ -356,9 +356,10 @@ def training_examples(cfg, data_dir=None) -> tuple[int, str | None]:
 
 
 def run_steps(cfg, data_dir=None) -> tuple[int, int, list[str]]:
-    """(first-stage steps, main steps, what is estimated) of a run, as train.loop._stage_steps counts them."""
+    """(first-stage steps, main steps, what is estimated) of a run, as the loop counts them
+    (train.setup.stage_steps)."""
     from ..methods.registry import method_class
-    from ..train.loop import _stage_steps
+    from ..train.setup import stage_steps
 
     examples, why = training_examples(cfg, data_dir)
     notes = [why] if why else []
@@ -368,11 +369,10 @@ def run_steps(cfg, data_dir=None) -> tuple[int, int, list[str]]:
         return 0, 0, notes + [f"{cfg.preset}: {examples} examples for a batch of {cfg.batch_size}: the run fails"]
     method = method_class(cfg.method)
     objective = method if cfg.semi_strategy == "none" else SimpleNamespace(two_stages=True, stage1_own_schedule=True)
-    batches = SimpleNamespace(steps_per_epoch=examples // cfg.batch_size)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a stage 1 longer than the main stage: the loop warns, the plan counts
         try:
-            first, main = _stage_steps(cfg, batches, objective)
+            first, main = stage_steps(cfg, examples // cfg.batch_size, objective)
         except ValueError as err:  # gradient accumulation over too few batches: the loop stops there too
             return 0, 0, notes + [f"{cfg.preset}: {err}: the run fails"]
     return first, main, notes
@@ -433,7 +433,7 @@ def plan(profile: str, names: list[str], results_dir=None, data_dir=None, worker
     """Every run the notebooks `names` (in the report's order) need on `profile`, each with what the store holds of
     it. Reads notebooks' parameters and the store; trains, evaluates and executes nothing."""
     from ..experiments import STARTS_SHOWN, Setup, starting_point
-    from ..experiments.rows import _plan
+    from ..experiments.rows import plan_rows
     from ..results import ResultStore, parallel
     from ..results.evaluations import evaluation_name
     from ..train.config import TrainConfig
@@ -455,7 +455,7 @@ def plan(profile: str, names: list[str], results_dir=None, data_dir=None, worker
             if need.starts and profile in STARTS_SHOWN:
                 rows += list({start.label: start for row in need.rows if (start := starting_point(row, s))}.values())
             keys = set()
-            for row, subjects, why in _plan(rows, s):
+            for row, subjects, why in plan_rows(rows, s):
                 if why is not None:
                     unavailable[name].append(f"{row.label}: {why}")
                 for seed, subject in subjects:

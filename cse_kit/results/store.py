@@ -373,9 +373,8 @@ class ResultStore:
     def encoder(self, record: dict):
         """The record's model with its pooler, ready to encode (for measurements beyond the stored evaluations)."""
         from ..eval.encode import Encoder
-        from ..models import load_model
+        from ..models import load_encoder, load_model
         from ..train.export import ExportSettings
-        from ..train.loop import load_encoder
 
         model_dir = record["model_dir"]
         if is_trained(record):  # under this store's root, wherever the store was trained

@@ -2,7 +2,8 @@
 
 from .config import TrainConfig
 from .export import export_encoder, export_sentence_transformers, read_metadata
-from .loop import NonFiniteLoss, build_objective, train
+from .loop import NonFiniteLoss, train
+from .setup import build_objective
 from .presets import GENERATORS, PRESETS, PROFILES, ProfileUnavailable, build_config
 
 __all__ = ["GENERATORS", "PRESETS", "PROFILES", "NonFiniteLoss", "ProfileUnavailable", "TrainConfig",

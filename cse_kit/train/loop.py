@@ -2,11 +2,9 @@
 schedule, dev evaluation every `eval_steps` with the best model kept apart, resumable checkpoints, a JSONL log.
 
 The method is a cse_kit.methods.Objective, and the loop calls its hooks (stages, parameters, readings) as declared
-there. A method with a first stage (DiffAug, or any method under a `sup-*` semi-supervised strategy: `two_stages`)
-trains `stage1_steps` steps on NLI batches with its own optimizer over `stage1_parameters()` (lr `stage1_lr`), then
-the main stage with the main optimizer over everything; DiffAug's two linear schedules are both sized to the main
-stage's length, as the official DiffAug trainer (trainers.py:285-310). The step counter runs over both stages, so
-evaluation, checkpoints and resume cross the boundary unchanged."""
+there. What a run trains with is set up by cse_kit.train.setup (its stages, optimizers and schedules described
+there). The step counter runs over both stages of a two-stage method, so evaluation, checkpoints and resume cross the
+boundary unchanged."""
 
 from __future__ import annotations
 
@@ -17,40 +15,32 @@ import os
 import shutil
 import sys
 import time
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..data import unverified_reads
-from ..data.registry import ORDERED_CORPORA
-from ..environment import describe, keep_freed_memory
-from ..eval.dev import DevEvaluator
+from ..environment import describe
 from ..eval.prefix_dynamics import snapshot_path
-from ..methods.grad_cache import refusal
 from ..io import (
     acquire_or_wait, ensure_dir, holder_lock, not_a_file, recover_dir, remove, swap_dir, write_json_atomic,
     write_tensors_atomic, write_text_atomic, writing,
 )
-from ..eval.prompt import Template
-from ..models import load_model
 from ..progress import STATUS_SECONDS, duration
 from .checkpoint import (CHECKPOINT, STATE, RunStateError, checkpoint_step, read_checkpoint, trainer_state,
                          write_process_files)
 from .config import NOT_COMPUTING, TrainConfig
-from .data import Batches, is_nli, load_examples, subsample_examples, tokenize, tokenized_cache_dir
 from .determinism import deterministic_mode
 from .export import export_encoder
-from .launch import check_processes
-from .optim import build_optimizer, fused_update, set_weight_decay
-from .precision import build_accelerator
-from .preemption import StopVote
+from .memory import peak_memory
 from .method_settings import former_layout
+from .optim import set_weight_decay
+from .preemption import StopVote
 from .presets import official_run, precision_words
-from .step import TrainStep, compile_line, compile_modules, eager, optimizer_index, padding_line, resolve_padding
+from .setup import RunSetup, rank_seed, set_up_run
+from .step import TrainStep, compile_line, eager, optimizer_index, padding_line
 from .tracking import RunTrackers
 
 
@@ -100,43 +90,6 @@ def _read_json(path: Path, fix: str) -> dict:
 
 def _finite_weights(model) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())
-
-
-def rank_seed(seed: int, rank: int) -> int:
-    """The seed of process `rank`: dropout masks must differ across processes (each sees other sentences, and the
-    same mask on every rank would correlate their views); rank 0 keeps the configured seed, so one process is
-    unchanged. The batch order is drawn from the configured seed on every rank (see Batches)."""
-    return seed + 1000003 * rank
-
-
-def load_encoder(ref: str, dropout: float | None = None):
-    """(tokenizer, encoder) without BERT's next-sentence pooler, as SimCSE and DiffCSE build it."""
-    kwargs = {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-    try:  # SimCSE/DiffCSE build their encoders without BERT's NSP pooler
-        return load_model(ref, add_pooling_layer=False, **kwargs)
-    except TypeError:
-        return load_model(ref, **kwargs)
-
-
-def build_objective(cfg: TrainConfig, tokenizer, encoder):
-    """The configured method's objective around the encoder: each method builds itself from the config
-    (`from_config`), so a method is its own module, registered by name (cse_kit.methods.registry)."""
-    from ..methods.registry import method_class
-    from ..methods.semi import SemiSupervised
-
-    objective = method_class(cfg.method).from_config(cfg, tokenizer, encoder)
-    if cfg.semi_strategy != "none":  # DiffAug Table 6's strategies wrap the method, whichever it is
-        objective = SemiSupervised(objective, cfg.semi_strategy, cfg.aux_weight)
-    reason = refusal(objective) if cfg.grad_cache else None
-    if reason:
-        raise ValueError(reason)
-    return objective
-
-
-def linear_schedule(steps: int, warmup: int):
-    """The learning-rate factor at step s: linear warm-up over `warmup` steps, then linear decay to 0 at `steps`
-    (HF Trainer's linear schedule, which every official code uses)."""
-    return lambda s: min(1.0, (s + 1) / warmup) if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))
 
 
 def _is_better(new: float, best: float | None) -> bool:
@@ -198,7 +151,7 @@ def _train(cfg: TrainConfig, *, progress: bool, resume_with_changes: bool, annou
     checkpoint = recover_dir(run / CHECKPOINT)
     resumed = (checkpoint / STATE).is_file()
     changes = _resume_changes(cfg, run, checkpoint, resume_with_changes) if resumed else {}
-    training = _Training.set_up(cfg, run, checkpoint)
+    training = _Training(**vars(set_up_run(cfg)), run=run, checkpoint=checkpoint)
     if resumed:
         training.resume(changes)
     training.start(announce, resumed, trackers)
@@ -240,185 +193,57 @@ def _resume_changes(cfg: TrainConfig, run: Path, checkpoint: Path, resume_with_c
     return changes
 
 
-def _accelerator(cfg: TrainConfig):
-    """Accelerate for this run (one CPU, one GPU or the processes `accelerate launch` started), with the run's peak
-    memory counted from here."""
-    from accelerate.utils import DistributedDataParallelKwargs
+@dataclass
+class LoopState:
+    """What a checkpoint saves of the loop (in trainer_state.json, cse_kit.train.checkpoint), at step 0 when made: the
+    step, the best dev score and its step, the seconds spent training, evaluating and checkpointing, the resumes
+    with changes, the dev evaluations since the best, whether the run stopped early. Its fields are the file's keys,
+    in this order."""
 
-    from ..methods.registry import method_class
+    step: int = 0
+    best: float | None = None
+    best_step: int | None = None
+    seconds: dict = field(default_factory=lambda: {"train": 0.0, "eval": 0.0, "checkpoint": 0.0})
+    resumed_with_changes: list = field(default_factory=list)
+    evaluations_since_best: int = 0
+    stopped_early: bool = False
 
-    if not torch.cuda.is_available():
-        keep_freed_memory()
-    # a two-stage method leaves parts unused in a stage (DiffAug's classifier in stage 2 without the auxiliary loss)
-    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] \
-        if method_class(cfg.method).two_stages or cfg.semi_strategy != "none" else []
-    accelerator = build_accelerator(cfg.mixed_precision, kwargs_handlers=handlers)
-    check_processes(accelerator.num_processes)
-    if accelerator.device.type == "cuda":  # the summary's peak is this run's, not what the process held before
-        torch.cuda.reset_peak_memory_stats(accelerator.device)
-    _reset_peak_rss()
-    return accelerator
+    @classmethod
+    def saved(cls, saved: dict, fix: str) -> LoopState:
+        """The state a checkpoint saved; a key it lacks (saved before that key was added) at its value at step 0."""
+        unknown = sorted(set(saved) - {f.name for f in fields(cls)})
+        if unknown:
+            raise RunStateError(f"the checkpoint's trainer state has keys this version does not know "
+                                f"({', '.join(unknown)}: written by a newer cse-kit); resume with that version, "
+                                f"or {fix}")
+        return cls(**saved)
 
-
-def _training_data(cfg: TrainConfig, tokenizer, accelerator):
-    """(the number of training examples, their batches, the NLI batches of a first stage or an auxiliary loss or
-    None), tokenized by the main process first (the others then read its cache)."""
-    template = Template(tokenizer, cfg.template) if cfg.template else None
-    with accelerator.main_process_first():
-        if is_nli(cfg.data):  # a label fraction is of the whole set (then capped), as every use of NLI in the run
-            examples = subsample_examples(load_examples(cfg.data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
-            examples = examples[:cfg.max_examples] if cfg.max_examples else examples
-        else:
-            examples = load_examples(cfg.data, cfg.data_dir, cfg.max_examples)
-        dataset = tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
-        nli = _nli_dataset(cfg, tokenizer, template)
-    padding = resolve_padding(cfg.pad_to, accelerator.device.type == "cuda")
-    batches = Batches(dataset, cfg.batch_size, cfg.seed, tokenizer.pad_token_id, accelerator.process_index,
-                      accelerator.num_processes, next_sentence=cfg.data in ORDERED_CORPORA,
-                      length_buckets=cfg.length_buckets, special_tokens=tokenizer.num_special_tokens_to_add(),
-                      padding=padding)
-    nli_batches = nli and Batches(nli, cfg.nli_batch_size, cfg.seed, tokenizer.pad_token_id,
-                                  accelerator.process_index, accelerator.num_processes, padding=padding)
-    return len(dataset), batches, nli_batches
-
-
-def _stage_steps(cfg: TrainConfig, batches: Batches, objective) -> tuple[int, int]:
-    """(the first stage's steps, 0 for a method without one; the main stage's steps)."""
-    accumulation = cfg.gradient_accumulation
-    main_steps = batches.steps_per_epoch // accumulation * cfg.epochs
-    main_steps = min(main_steps, cfg.max_steps) if cfg.max_steps else main_steps
-    if not main_steps:
-        raise ValueError(f"gradient_accumulation {accumulation} needs more than {batches.steps_per_epoch} batches")
-    first_stage = cfg.stage1_steps if objective.two_stages else 0
-    if first_stage > main_steps and not objective.stage1_own_schedule:
-        warnings.warn(f"stage1_steps {first_stage} exceed the main stage's {main_steps} steps: both schedules are "
-                      f"sized to the main stage (as the official DiffAug trainer), so stage 1 runs at learning "
-                      f"rate 0 after step {main_steps}", stacklevel=4)
-    return first_stage, main_steps
-
-
-def _optimization(cfg: TrainConfig, objective, device, precision: str, first_stage: int, main_steps: int):
-    """(the trained parameters, the optimizers, their schedules): index 0 the main stage's, 1 the first stage's. The
-    objective moves to the device first: a fused AdamW needs its parameters on the GPU. precision: Accelerate's."""
-    objective.to(device)
-    named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]
-    # one fused kernel updates every parameter on CUDA (a step 34 ms instead of 39 on an H100, issue figures) and
-    # in a bf16 run on a CPU
-    fused = fused_update(device.type, precision)
-    weight_decay = cfg.weight_decay_value()
-    optimizers = [_main_optimizer(cfg, objective, named, weight_decay, fused)]
-    if first_stage:
-        names = {id(p): n for n, p in objective.named_parameters()}
-        optimizers.append(build_optimizer([(names[id(p)], p) for p in objective.stage1_parameters()],
-                                          cfg.optimizer_name(), cfg.stage1_lr, weight_decay, fused))
-    compile_modules(objective, cfg.compile)  # in place: state_dict keys and the exported model are unchanged
-    # DiffAug's stage 1 decays over the main stage's length (its trainer); a first stage that is a run of its own
-    # (the semi-supervised strategies' supervised stage) over its own
-    lengths = [main_steps, first_stage if objective.stage1_own_schedule else main_steps]
-    schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(length, cfg.warmup_steps))
-                  for opt, length in zip(optimizers, lengths)]
-    return [p for _, p in named], optimizers, schedulers
-
-
-def _main_optimizer(cfg: TrainConfig, objective, named: list, weight_decay: float, fused: bool):
-    """The main stage's optimizer: the run's lr, and a group of its own (marked `own_lr`, which a resume with
-    changes keeps) for each parameter the method trains at a learning rate of its own (`learning_rates`)."""
-    own = objective.learning_rates()
-    unknown = sorted(set(own) - {n for n, _ in named})
-    if unknown:
-        raise ValueError(f"method {cfg.method} gives a learning rate of its own to {', '.join(unknown)}, which "
-                         "is no trainable parameter's name (named_parameters)")
-    optimizer = build_optimizer([(n, p) for n, p in named if n not in own], cfg.optimizer_name(), cfg.lr,
-                                weight_decay, fused)
-    for name, parameter in named:
-        if name in own:
-            optimizer.add_param_group({"params": [parameter], "lr": own[name], "own_lr": own[name],
-                                       "weight_decay": weight_decay, "decay": True})
-    return optimizer
-
-
-def _dev_evaluation(cfg: TrainConfig, tokenizer, objective, device) -> tuple[DevEvaluator, str, int | None]:
-    """(the dev evaluator that selects the checkpoint, the test pooler, the length test sentences are cut at). The
-    dev vector is the test vector, unless the objective reads another (PromptBERT's official dev evaluation,
-    ConSERT's dev pooler); ConSERT's code also cuts its test sentences."""
-    dev_pooler, dev_template = objective.dev_reading()
-    evaluator = DevEvaluator(tokenizer, dev_pooler, cfg.data_dir, sickr=cfg.metric in ("sickr_spearman", "avg_sts"),
-                             transfer=cfg.metric == "transfer_devacc", device=device,
-                             template=cfg.template if dev_template is None else dev_template,
-                             max_length=objective.test_max_length, dev_data=cfg.dev_data)
-    return evaluator, objective.test_pooler, objective.test_max_length
-
-
-def _fresh_state() -> dict:
-    """What a checkpoint saves of the loop (in trainer_state.json, cse_kit.train.checkpoint), at step 0."""
-    return {"step": 0, "best": None, "best_step": None, "seconds": {"train": 0.0, "eval": 0.0, "checkpoint": 0.0},
-            "resumed_with_changes": [], "evaluations_since_best": 0, "stopped_early": False}
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass
-class _Training:
-    """One run's state, shared by the steps of the loop: its settings and folders, Accelerate, the data, the objective
-    (prepared; `unwrapped` its module) with its optimizers and schedules (_optimizer_index), the dev evaluation, and
-    `state`, what a checkpoint saves (the step, the best dev score, the timings)."""
+class _Training(RunSetup):
+    """One run as the steps of the loop share it: what it trains with (RunSetup), its folders, and `state`, what a
+    checkpoint saves (LoopState)."""
 
-    cfg: TrainConfig
     run: Path
     checkpoint: Path
-    accelerator: Any
-    tokenizer: Any
-    examples: int
-    batches: Batches
-    nli_batches: Batches | None
-    first_stage: int
-    main_steps: int
-    objective: Any
-    unwrapped: Any
-    params: list
-    optimizers: list
-    schedulers: list
-    evaluator: DevEvaluator
-    test_pooler: str
-    test_max_length: int | None
-    state: dict = field(default_factory=_fresh_state)
+    state: LoopState = field(default_factory=LoopState)
     environment: dict = field(default_factory=dict)
     last_save: float = 0.0
     step: TrainStep | None = None
     trackers: RunTrackers | None = None
 
-    @classmethod
-    def set_up(cls, cfg: TrainConfig, run: Path, checkpoint: Path) -> _Training:
-        """Everything a run trains with, built in the order its random numbers are drawn in (a resumed run restores
-        them from its checkpoint)."""
-        from accelerate.utils import set_seed
-
-        accelerator = _accelerator(cfg)
-        set_seed(rank_seed(cfg.seed, accelerator.process_index))
-        tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
-        objective = build_objective(cfg, tokenizer, encoder)
-        examples, batches, nli_batches = _training_data(cfg, tokenizer, accelerator)
-        first_stage, main_steps = _stage_steps(cfg, batches, objective)
-        params, optimizers, schedulers = _optimization(cfg, objective, accelerator.device, accelerator.mixed_precision,
-                                                       first_stage, main_steps)
-        # the schedulers stay unprepared: Accelerate would step them once per process, but batch_size is global here
-        objective, *optimizers = accelerator.prepare(objective, *optimizers)
-        unwrapped = accelerator.unwrap_model(objective)
-        evaluator, test_pooler, test_max_length = _dev_evaluation(cfg, tokenizer, unwrapped, accelerator.device)
-        return cls(cfg, run, checkpoint, accelerator, tokenizer, examples, batches, nli_batches, first_stage,
-                   main_steps, objective, unwrapped, params, optimizers, schedulers, evaluator, test_pooler,
-                   test_max_length)
-
-    @property
-    def total(self) -> int:
-        return self.first_stage + self.main_steps
-
     def resume(self, changes: dict) -> None:
         """Continue from the checkpoint: the loop's state, the weights, optimizers, schedules and random states; with
         changes (resume_with_changes), the new settings from the checkpoint's step on, recorded in the state."""
         accelerator = self.accelerator
-        self.state = {**self.state, **read_checkpoint(
+        fix = _restart(self.run)
+        self.state = LoopState.saved(read_checkpoint(
             self.checkpoint, accelerator.process_index, accelerator.num_processes, self.unwrapped, self.optimizers,
-            self.schedulers, accelerator.scaler,
-            f"{_restart(self.run)} (the best model so far, {self.run / 'model'}, is replaced by the new run's)")}
+            self.schedulers, accelerator.scaler, f"{fix} (the best model so far, {self.run / 'model'}, is replaced by "
+            "the new run's)"), fix)
         if changes:
             self._apply_changes(changes)
 
@@ -433,7 +258,7 @@ class _Training:
         scheduler.base_lrs = lrs
         for group, lr, factor in zip(optimizer.param_groups, lrs, scheduler.lr_lambdas):
             group["lr"] = lr * factor(scheduler.last_epoch)
-        self.state["resumed_with_changes"].append({"step": self.state["step"], "changes": changes})
+        self.state.resumed_with_changes.append({"step": self.state.step, "changes": changes})
 
     @property
     def log_path(self) -> Path:
@@ -448,15 +273,15 @@ class _Training:
             self.run.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.run / "config.json", cfg.to_dict())
             write_json_atomic(self.run / "environment.json", self.environment)
-            _truncate_log(self.log_path, self.state["step"], _restart(self.run))
-        trackers.start(cfg, self.run, self.state["step"] if resumed else None, accelerator.is_main_process)
+            _truncate_log(self.log_path, self.state.step, _restart(self.run))
+        trackers.start(cfg, self.run, self.state.step if resumed else None, accelerator.is_main_process)
         self.trackers = trackers
         self.last_save = time.monotonic()
         self.step = TrainStep(cfg, accelerator, self.objective, self.unwrapped, self.params, self.optimizers,
                               self.schedulers, self.batches, self.nli_batches, self.first_stage)
         if accelerator.is_main_process:
             announce(_header(cfg, self.examples, self.first_stage, self.main_steps, self.run,
-                             self.state["step"] if resumed else None,
+                             self.state.step if resumed else None,
                              precision_words(cfg, accelerator.mixed_precision)))
             for line in (official_run(cfg), padding_line(cfg.pad_to, self.batches.padding, self.batches.fixed_length),
                          compile_line(cfg.compile, accelerator.device.type)):
@@ -469,9 +294,9 @@ class _Training:
         stage-1 states saved, the dev evaluation run and a checkpoint written, where due."""
         self.objective.train()
         stop_vote = StopVote(self.accelerator.num_processes)
-        while self.state["step"] < self.total:
+        while self.state.step < self.total:
             stage = self.optimizer_step()
-            step = self.state["step"]
+            step = self.state.step
             progress.stepped(step)
             # a snapshot step is logged too, so that every snapshot's interval has a logged loss (Figure 3)
             logged = step % self.cfg.log_steps == 0 or step == self.total or self.snapshot_due(step)
@@ -496,9 +321,9 @@ class _Training:
     def optimizer_step(self) -> int:
         """One step of the current stage (cse_kit.train.step.TrainStep), counted and timed. Returns its stage."""
         t = time.perf_counter()
-        stage = self.step.step(self.state["step"])
-        self.state["step"] += 1
-        self.state["seconds"]["train"] += time.perf_counter() - t
+        stage = self.step.step(self.state.step)
+        self.state.step += 1
+        self.state.seconds["train"] += time.perf_counter() - t
         return stage
 
     def log(self, record: dict) -> None:
@@ -548,16 +373,16 @@ class _Training:
         test_model = self.unwrapped.test_model()[0]
         with eager():  # compiled modules: the dev sets' shapes are not the step's
             dev = self.evaluator(test_model)
-        self.state["seconds"]["eval"] += time.perf_counter() - t
+        self.state.seconds["eval"] += time.perf_counter() - t
         score = dev[self.cfg.metric]
         if not math.isfinite(score):
             self.stop(f"the dev {self.cfg.metric} is {score} (the embeddings are not finite)")
         self.log({"step": step, "dev": dev})
-        self.state["evaluations_since_best"] += 1
-        if _is_better(score, self.state["best"]):
+        self.state.evaluations_since_best += 1
+        if _is_better(score, self.state.best):
             if not _finite_weights(self.objective):
                 self.stop("the weights are not finite")
-            self.state["best"], self.state["best_step"], self.state["evaluations_since_best"] = score, step, 0
+            self.state.best, self.state.best_step, self.state.evaluations_since_best = score, step, 0
             if self.accelerator.is_main_process:
                 with eager():
                     export_encoder(test_model, self.tokenizer, self.run / "model",
@@ -570,7 +395,7 @@ class _Training:
         only: reading it every step would stall the GPU on every step."""
         bad = self.step.first_non_finite()
         if bad is not None:
-            self.state["step"] = bad
+            self.state.step = bad
             self.stop("the loss is not finite (nan or inf)")
 
     def stop(self, what: str):
@@ -578,11 +403,11 @@ class _Training:
         step = checkpoint_step(self.checkpoint)
         good = (f"The last good checkpoint is {self.checkpoint} (step {step})" if step is not None
                 else "No checkpoint was written yet")
-        best = f", the best model {self.run / 'model'} (step {self.state['best_step']})" \
-            if self.state["best_step"] else ""
+        best = f", the best model {self.run / 'model'} (step {self.state.best_step})" \
+            if self.state.best_step else ""
         fp16 = self.accelerator.mixed_precision == "fp16"
         raise NonFiniteLoss(
-            f"{what} at step {self.state['step']}; training stopped and nothing of this step was saved. {good}{best}. "
+            f"{what} at step {self.state.step}; training stopped and nothing of this step was saved. {good}{best}. "
             f"Lower lr{', or use bf16 instead of fp16' if fp16 else ''}, then start "
             "a new output_dir (or resume with --resume-with-changes).")
 
@@ -590,8 +415,8 @@ class _Training:
         """A checkpoint where one is due, and at the end where it is kept. Returns whether training stops early (its
         dev score not better for early_stopping_patience evaluations)."""
         patience, total = self.cfg.early_stopping_patience, self.total
-        stopped = bool(patience) and step < total and self.state["evaluations_since_best"] >= patience
-        self.state["stopped_early"] = stopped
+        stopped = bool(patience) and step < total and self.state.evaluations_since_best >= patience
+        self.state.stopped_early = stopped
         if (step < total and not stopped and self.checkpoint_due(step)) or \
                 ((step == total or stopped) and self.cfg.keep_checkpoint):
             self.check_loss()
@@ -635,11 +460,11 @@ class _Training:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             with writing(checkpoint, partial=tmp):
-                write_json_atomic(tmp / STATE, trainer_state(tmp, self.state, self.schedulers, accelerator.scaler,
-                                                             accelerator.num_processes))
+                write_json_atomic(tmp / STATE, trainer_state(tmp, self.state.to_dict(), self.schedulers,
+                                                             accelerator.scaler, accelerator.num_processes))
                 swap_dir(tmp, checkpoint)
         accelerator.wait_for_everyone()
-        self.state["seconds"]["checkpoint"] += time.perf_counter() - t
+        self.state.seconds["checkpoint"] += time.perf_counter() - t
 
     def stop_if_agreed(self, step: int, stop_vote: StopVote) -> None:
         """Pre-emption (preemption.stop_after_this_step, in any process of the run): a checkpoint at this step, then
@@ -660,15 +485,15 @@ class _Training:
         from ..methods.registry import method_class, method_digest
 
         accelerator, cfg, state = self.accelerator, self.cfg, self.state
-        summary = {"config": cfg.to_dict(), "steps": state["step"], "best": state["best"],
-                   "best_step": state["best_step"], "stopped_early": state["stopped_early"],
-                   "metric": cfg.metric, "model": str(self.run / "model"), "seconds": state["seconds"],
+        summary = {"config": cfg.to_dict(), "steps": state.step, "best": state.best,
+                   "best_step": state.best_step, "stopped_early": state.stopped_early,
+                   "metric": cfg.metric, "model": str(self.run / "model"), "seconds": state.seconds,
                    "environment": self.environment, "processes": accelerator.num_processes,
                    "mixed_precision": accelerator.mixed_precision,
                    "seeds": [rank_seed(cfg.seed, r) for r in range(accelerator.num_processes)],
-                   "resumed_with_changes": state["resumed_with_changes"], "unverified_data": unverified_reads(),
+                   "resumed_with_changes": state.resumed_with_changes, "unverified_data": unverified_reads(),
                    # which version of a researcher's method trained it (None: the kit's own), as a record says
-                   "method_source": method_digest(method_class(cfg.method)), **_peak_memory(accelerator)}
+                   "method_source": method_digest(method_class(cfg.method)), **peak_memory(accelerator)}
         if accelerator.is_main_process:
             write_json_atomic(self.run / "summary.json", summary)
             if not cfg.keep_checkpoint:  # a finished run needs only its best model (a DiffCSE cpu run's was 611 MB)
@@ -685,11 +510,11 @@ class _Progress:
         from tqdm import tqdm
 
         main = training.accelerator.is_main_process
-        self.bar = tqdm(total=training.total, initial=training.state["step"], disable=not (progress and main),
+        self.bar = tqdm(total=training.total, initial=training.state.step, disable=not (progress and main),
                         desc=training.cfg.preset or training.cfg.method, dynamic_ncols=True)
         self.status = status if main else None
         self.total, self.first_stage = training.total, training.first_stage
-        self.started, self.first_step, self.last_status = time.monotonic(), training.state["step"], None
+        self.started, self.first_step, self.last_status = time.monotonic(), training.state.step, None
         self.dev = None
 
     def stepped(self, step: int) -> None:
@@ -723,58 +548,12 @@ def _header(cfg: TrainConfig, examples: int, first_stage: int, main_steps: int, 
             f"({examples} examples), {stages}, {batch}, {precision}; {start}; output {run}")
 
 
-def _reset_peak_rss() -> None:
-    """Start the process's peak resident set size afresh (Linux >= 4.0: VmHWM), so that a run inside a longer
-    process (a notebook, a test session) reports its own peak, not the largest of the runs before it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:  # not Linux, or not allowed: the peak is then the process's since it started
-        pass
-
-
-def _peak_rss_bytes() -> int | None:
-    """The process's peak resident set size since _reset_peak_rss (else since it started), or None where the OS
-    does not report it."""
-    status = Path("/proc/self/status")
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # kB
-    if sys.platform == "win32":
-        return None
-    import resource  # POSIX only
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
-
-
-def _peak_memory(accelerator) -> dict:
-    """The summary's peak memory, the largest over the processes (bytes, None where not measurable): the GPU memory
-    tensors held since the run started or resumed (torch.cuda.max_memory_allocated; the caching allocator's reserve
-    and the CUDA context that nvidia-smi adds are not in it) and the peak resident set size."""
-    cuda = accelerator.device.type == "cuda"
-    gpu = torch.cuda.max_memory_allocated(accelerator.device) if cuda else None
-    rss = _peak_rss_bytes()
-    unknown = -1  # a tensor holds no None
-    peaks = torch.tensor([unknown if v is None else v for v in (gpu, rss)], device=accelerator.device)
-    gpu, rss = (None if v == unknown else v for v in accelerator.reduce(peaks, reduction="max").tolist())
-    return {"peak_gpu_memory_bytes": gpu, "peak_rss_bytes": rss}
-
-
 def _metadata(cfg: TrainConfig, step: int, dev: dict, pooler: str, max_length: int | None) -> dict:
     """cse_kit.json: how the model is evaluated (pooler, template, the length test sentences are cut at) and where
     it comes from."""
     return {"method": cfg.method, "pooler": pooler, "profile": cfg.profile, "preset": cfg.preset,
             "base_model": cfg.model, "step": step, "dev": dev, **({"template": cfg.template} if cfg.template else {}),
             **({"max_length": max_length} if max_length else {})}
-
-
-def _nli_dataset(cfg: TrainConfig, tokenizer, template):
-    """The tokenized NLI triplets of a method's first stage and auxiliary loss, or None when it has neither."""
-    if not cfg.nli_data or not (cfg.stage1_steps or cfg.aux_weight):
-        return None
-    examples = subsample_examples(load_examples(cfg.nli_data, cfg.data_dir), cfg.nli_fraction, cfg.nli_subset)
-    return tokenize(examples, tokenizer, cfg.max_seq_length, tokenized_cache_dir(cfg.data_dir), template)
 
 
 def _truncate_log(path: Path, step: int, fix: str) -> None:
