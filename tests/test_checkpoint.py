@@ -105,6 +105,38 @@ def test_a_checkpoint_of_another_number_of_processes_is_refused(runs, data_dir, 
         train(cfg, progress=False)
 
 
+#: the loop's state in trainer_state.json, in its order (cse_kit.train.loop.LoopState): what every saved run holds
+STATE_KEYS = ["step", "best", "best_step", "seconds", "resumed_with_changes", "evaluations_since_best", "stopped_early",
+              "checkpoint", "sha256"]
+
+
+def _reseal(state: Path, change) -> None:
+    """trainer_state.json changed by change(saved) and sealed again, as another version would have written it."""
+    from cse_kit.train.checkpoint import _sealed
+
+    saved = json.loads(state.read_text())
+    change(saved)
+    saved["sha256"] = _sealed({k: v for k, v in saved.items() if k != "sha256"})
+    state.write_text(json.dumps(saved))
+
+
+def test_a_checkpoint_saved_before_the_early_stop_keys_resumes_bit_identical(runs, data_dir, tmp_path):
+    """The loop's state keeps the file's keys in their order; a checkpoint written before evaluations_since_best and
+    stopped_early were added resumes at their values at step 0, and one with a key this version does not know is
+    refused naming it."""
+    cfg, run = _copy(runs, data_dir, tmp_path)
+    state = run / "checkpoint" / "trainer_state.json"
+    assert list(json.loads(state.read_text())) == STATE_KEYS
+    shutil.copytree(run, tmp_path / "unknown")
+    _reseal(state, lambda saved: [saved.pop(k) for k in ("evaluations_since_best", "stopped_early")])
+    train(cfg, progress=False)
+    _ends_like_the_whole_run(runs, run)
+    unknown = tmp_path / "unknown"
+    _reseal(unknown / "checkpoint" / "trainer_state.json", lambda saved: saved.update(patience_left=3))
+    with pytest.raises(RunStateError, match="keys this version does not know \\(patience_left: written by a newer"):
+        train(_config(data_dir, unknown), progress=False)
+
+
 def _cli(args, data_dir, run):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
     sets = [x for k, v in SETTINGS.items() for x in ("--set", f"{k}={v}")]
