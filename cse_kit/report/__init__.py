@@ -11,7 +11,8 @@ image is fetched from anywhere. The modules:
 - `page.py`: build(), the page: its sections, its paths made shareable.
 - `paper_tables.py`: `cse-kit report --latex DIR --markdown DIR`, the page's tables as files from the saved tables.
 - `plan.py`: `cse-kit report --plan`, the report's bill before it is spent (every run its notebooks need, its steps
-  and hours, the wall time on N workers), priced with `step_times.py`'s measured step times (`--measure`)
+  and hours, the wall time on N workers), priced with `step_times.py`'s measured step times (`--measure`); `needs.py`
+  what each notebook asks for
 - `checkout.py`: where the notebooks are; `stopping.py`: stops every process a report started."""
 
 from .checkout import NOTEBOOK_DIR, ROOT
