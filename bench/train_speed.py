@@ -319,6 +319,7 @@ def main():
                    help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
     sys.path.insert(0, str(Path(__file__).parent))
     import paper_speed
+    import speed_report
 
     paper_speed.add_arguments(p)
     g = p.add_argument_group("gradient caching (issue 58): --grad-cache N (bench/grad_cache_speed.py)")
@@ -402,8 +403,8 @@ def main():
     for k, v in med.items():
         print(f"  {k:28s} {args.batch_size / v:7.1f} sentences/s  ({v:.3f} s/step)")
     for p in extra:
-        ceilings = {dtype: paper_speed.matmul_ceiling(dtype, torch.device("cpu")) for dtype in (torch.float32,
-                                                                                                  torch.bfloat16)}
+        ceilings = {dtype: speed_report.matmul_ceiling(dtype, torch.device("cpu"))
+                    for dtype in (torch.float32, torch.bfloat16)}
         print(f"  matmul ceiling measured now (2048³): fp32 {ceilings[torch.float32]:.3f} TFLOP/s, {p} "
               f"{ceilings[torch.bfloat16]:.3f} ({ceilings[torch.bfloat16] / ceilings[torch.float32]:.2f}x)")
         print("  " + ", ".join(f"{name} {med[name] / med[f'{name} {p}']:.2f}x" for name in objectives)

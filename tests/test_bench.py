@@ -21,6 +21,7 @@ BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
 import paper_speed  # noqa: E402
+import speed_report  # noqa: E402
 
 ALL_METHODS = ("simcse", "diffcse", "scd", "esimcse", "diffaug", "promptbert", "consert")
 
@@ -196,14 +197,14 @@ def test_projection_counts_the_presets_steps_evaluations_and_checkpoints():
     ("NVIDIA A100-SXM4-80GB", "bf16", 312.0), ("NVIDIA A10", "bf16", 125.0), ("NVIDIA L4", "fp32", 30.3),
     ("Tesla V100-SXM2-32GB", "fp16", 125.0), ("Quadro RTX 8000", "bf16", None), ("Some New GPU", "bf16", None)])
 def test_gpu_peaks_by_device_name(name, unit, peak):
-    assert paper_speed.gpu_peak(name, unit)[0] == peak
+    assert speed_report.gpu_peak(name, unit)[0] == peak
 
 
 def test_a_cpus_peak_is_the_matmul_ceiling_of_the_precision_measured_now():
-    fp32, note = paper_speed.peak_tflops(torch.device("cpu"), "no", None)
+    fp32, note = speed_report.peak_tflops(torch.device("cpu"), "no", None)
     assert fp32 > 0 and note.startswith("fp32 matmul ceiling") and "measured in this run" in note
-    assert paper_speed.peak_tflops(torch.device("cpu"), "bf16", None)[1].startswith("bf16 matmul ceiling")
-    assert paper_speed.peak_tflops(torch.device("cpu"), "no", 1.5)[0] == 1.5
+    assert speed_report.peak_tflops(torch.device("cpu"), "bf16", None)[1].startswith("bf16 matmul ceiling")
+    assert speed_report.peak_tflops(torch.device("cpu"), "no", 1.5)[0] == 1.5
 
 
 def test_flops_are_counted_per_transformer_pass():
