@@ -19,7 +19,7 @@ from torch import nn
 
 from ..eval.encode import pad_length, pooled_output
 from .contrastive import gather_with_grad
-from .diffcse import generator_head_input
+from .heads import generator_head_input
 from .objective import check_choice, variant_choices
 from .registry import register
 from .simcse import SimCSE
