@@ -228,7 +228,7 @@ def test_a_lineage_entry_carries_every_record_but_the_runs_it_names_as_moved(tmp
     lineage.write_text(json.dumps([
         {"from": "a", "to": "b", "evidence": "doctor"},
         {"from": "b", "to": "c", "evidence": "doctor",
-         "except": [{"method": "diffcse", "method_options.edit": ["insert", "delete", "all"]}]}]))
+         "except": [{"method": ["diffcse"], "method_options.edit": ["insert", "delete", "all"]}]}]))
     monkeypatch.setattr(upgrade, "LINEAGE_FILE", lineage)
     carried = upgrade.carried_codes("c")
     assert set(carried) == {"a", "b"} and upgrade.equivalent_codes("c") == {"a", "b"}
