@@ -226,13 +226,13 @@ def test_a_bf16_run_on_a_cpu_steps_a_fused_adamw_and_resumes_bit_exactly(data_di
 
     from safetensors.torch import load_file
 
-    from cse_kit.train import loop
+    from cse_kit.train import setup as run_setup
     from cse_kit.train.loop import TrainingStopped
     from cse_kit.train.preemption import stop_after_this_step
 
     fused = []
-    real = loop.build_optimizer
-    monkeypatch.setattr(loop, "build_optimizer", lambda *a: fused.append(a[-1]) or real(*a))
+    real = run_setup.build_optimizer
+    monkeypatch.setattr(run_setup, "build_optimizer", lambda *a: fused.append(a[-1]) or real(*a))
 
     def config(run, precision="bf16"):
         return build_config("simcse-bert", "smoke", {"output_dir": str(run), "data_dir": str(data_dir),

@@ -160,7 +160,7 @@ def test_trained_runs_are_reused_not_retrained(data_dir, tmp_path, monkeypatch, 
     store = ResultStore(tmp_path, data_dir, notify=said.append)
     record = store.get(cfg, ("sts_dev",))
     assert record["train"]["steps"] > 0 and record["dev_curve"] and record["seed"] == 3
-    assert [line.split(":")[0] for line in said] == ["simcse (simcse-bert, smoke profile)"], said
+    assert [line.split(":")[0] for line in said] == ["simcse (simcse-bert, smoke profile)", "padding"], said
     assert "simcse-bert" not in capsys.readouterr().out
     assert record["config"]["output_dir"] == str(tmp_path / "runs" / record["key"])
 

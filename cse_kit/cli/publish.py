@@ -42,6 +42,6 @@ def cmd_publish(args) -> int:
             return 2
         print(f"published {args.repo_id}{' (private)' if args.private else ''}: {url}")
     elif args.repo_id:
-        print("push it: " + pushcommand(args.run, args.out, repo_id=args.repo_id, results_dir=args.results_dir,
+        print("push it: " + push_command(args.run, args.out, repo_id=args.repo_id, results_dir=args.results_dir,
                                          license=args.license, st=not args.no_st, private=args.private))
     return 0
