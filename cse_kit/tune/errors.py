@@ -15,3 +15,14 @@ class SpaceRefused(ValueError):
     """Optuna cannot draw a configuration from the space (a bound it cannot sample)."""
 
 
+def error_chain(error: BaseException):
+    """error and every exception it was raised from or while handling, once each (Optuna re-raises the driver's
+    error, and its rollback on a dead connection raises another; a store's WriteFailed wraps the OSError)."""
+    seen, chain = set(), [error]
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        chain += [e.__cause__, e.__context__]

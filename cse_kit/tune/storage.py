@@ -19,6 +19,8 @@ from optuna.storages import BaseStorage
 # Optuna 5.1: the heartbeat protocol RDBStorage implements has no public name (optuna.storages._heartbeat)
 from optuna.storages._heartbeat import BaseHeartbeat
 
+from .errors import error_chain
+
 #: the pauses between tries of a call to a storage that stopped answering (then the last, until the patience is spent)
 PAUSES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 #: how often creating a new storage's tables is tried when another process is creating them at the same moment
@@ -109,26 +111,13 @@ def _probe(url: str, engine: dict) -> None:
         probe.dispose()
 
 
-def _chain(error: BaseException):
-    """error and every exception it was raised from or while handling, once each (Optuna re-raises the driver's
-    error, and its rollback on a dead connection raises another)."""
-    seen, chain = set(), [error]
-    while chain:
-        e = chain.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        chain += [e.__cause__, e.__context__]
-
-
 def failure(error: BaseException) -> str | None:
     """'damaged' (SQLite: the file is no database), 'full' (the disk under SQLite's file or PostgreSQL's data),
     'transient' (a connection dropped or refused, a server restarting, SQLite busy) or None (anything else: a bug or a
     bad value, not waited out), from the error's chain."""
     import sqlalchemy.exc
 
-    for e in _chain(error):
+    for e in error_chain(error):
         said = {getattr(x, attr, None) for x in (e, getattr(e, "orig", None))
                 for attr in ("sqlite_errorname", "sqlstate")}
         if said & set(DAMAGED):
@@ -146,7 +135,7 @@ def cause(error: BaseException) -> str:
     not Optuna's wrapper around them ("e.g. exceeding max length"): `Type: first line`."""
     import sqlalchemy.exc
 
-    found = next((e.orig or e for e in _chain(error) if isinstance(e, sqlalchemy.exc.DBAPIError)), error)
+    found = next((e.orig or e for e in error_chain(error) if isinstance(e, sqlalchemy.exc.DBAPIError)), error)
     words = str(found).strip().splitlines()
     return f"{type(found).__name__}: {words[0][:200] if words else ''}"
 

@@ -20,7 +20,7 @@ from ..io import describe_holder, holder_lock, lock_holder
 from ..results import ResultStore
 from ..train.checkpoint import CHECKPOINT
 from ..train.loop import TrainingPruned
-from .errors import SpaceRefused, StudyStopped
+from .errors import SpaceRefused, StudyStopped, error_chain
 from .retry import RETRIES, queue_again
 from .study import Study, load, sampler
 
@@ -85,13 +85,24 @@ def _held(path: Path) -> bool:
     """Whether a live process holds the trial lock at `path`."""
     if not path.is_file():
         return False
-    probe = FileLock(str(path))  # not a holder lock: the file keeps saying who holds it
+    with _taken_if_free(path) as free:
+        return not free
+
+
+@contextlib.contextmanager
+def _taken_if_free(path: Path):
+    """Whether the trial lock at `path` was free (no live worker holds it), held by this process for the block where
+    it was. Not a holder lock: the file keeps saying who held it last."""
+    probe = FileLock(str(path))
     try:
         probe.acquire(timeout=0)
     except Timeout:
-        return True
-    probe.release()
-    return False
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        probe.release()
 
 
 def _stop_where_trials_fail(study: Study, trials: list) -> None:
@@ -148,20 +159,14 @@ def _run_again_if_free(study: Study, optuna_study, trial) -> bool | None:
 
     path = study.trial_lock_path(trial.number)
     path.parent.mkdir(parents=True, exist_ok=True)
-    probe = FileLock(str(path))  # not a holder lock: the file keeps saying who held it
-    try:
-        probe.acquire(timeout=0)
-    except Timeout:
-        return None  # its worker is alive
-    try:
-        current = [t for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.number == trial.number]
-        if not current:  # told between the caller's read and the lock
+    with _taken_if_free(path) as free:
+        if not free:
+            return None  # its worker is alive
+        current = _frozen(optuna_study, trial.number)
+        if current.state != TrialState.RUNNING:  # told between the caller's read and the lock
             return None
         optuna_study.tell(trial.number, state=TrialState.FAIL)
-        return queue_again(optuna_study, current[0], died=True)
-    finally:
-        probe.release()
+        return queue_again(optuna_study, current, died=True)
 
 
 def still_running(study: Study, optuna_study) -> tuple[list[str], list[str]]:
@@ -266,8 +271,9 @@ def work(study: Study, say=say_line, optuna_study=None) -> int:
                 lock.release()
             ran, in_a_row = ran + counted, 0 if counted else in_a_row + 1
             if in_a_row >= study.failures:
+                last = _frozen(optuna_study, trial.number).user_attrs.get("error", "")
                 raise StudyStopped(f"{in_a_row} trials failed in a row (the last, trial {trial.number}: "
-                                   f"{_error_of(optuna_study, trial.number)}): this worker stops, as the next would "
+                                   f"{last}): this worker stops, as the next would "
                                    f"likely fail too. Mend the cause (--debug shows a trial's traceback) and run the "
                                    f"same command again, or allow more (--failures-in-a-row, now {study.failures})")
             continue
@@ -328,7 +334,7 @@ def _tell(study: Study, optuna_study, trial, store: ResultStore, **outcome) -> N
     from optuna.trial import TrialState
 
     with _saying_what_is_kept(store, trial.user_attrs.get("key"), trial.number):
-        state = _state(optuna_study, trial.number)
+        state = _frozen(optuna_study, trial.number).state
         if state != TrialState.RUNNING:
             kept = what_is_kept(store, trial.user_attrs.get("key"), trial.number, "you like")
             raise StudyStopped(f"trial {trial.number} was marked {state.name.lower()} by another worker while this "
@@ -337,12 +343,9 @@ def _tell(study: Study, optuna_study, trial, store: ResultStore, **outcome) -> N
         optuna_study.tell(trial, **outcome)
 
 
-def _state(optuna_study, number: int):
-    return next(t.state for t in optuna_study.get_trials(deepcopy=False) if t.number == number)
-
-
-def _error_of(optuna_study, number: int) -> str:
-    return next(t.user_attrs.get("error", "") for t in optuna_study.get_trials(deepcopy=False) if t.number == number)
+def _frozen(optuna_study, number: int):
+    """Trial `number` as the storage holds it now (its state, its attributes)."""
+    return next(t for t in optuna_study.get_trials(deepcopy=False) if t.number == number)
 
 
 def _fault(error: BaseException) -> str | None:
@@ -351,13 +354,8 @@ def _fault(error: BaseException) -> str | None:
         return f"Optuna cannot draw from the space ({error}): give bounds it can sample (--space)"
     if isinstance(error, DataError):  # a dataset missing or unverified: the same for every trial
         return f"{type(error).__name__}: {error}"
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in MACHINE_ERRNOS:
-            return f"{MACHINE_ERRNOS[error.errno]} ({error})"
-        error = error.__cause__ or error.__context__
-    return None
+    return next((f"{MACHINE_ERRNOS[e.errno]} ({e})" for e in error_chain(error)
+                 if isinstance(e, OSError) and e.errno in MACHINE_ERRNOS), None)
 
 
 def _hand_back(optuna_study, trial) -> str:
@@ -370,8 +368,7 @@ def _hand_back(optuna_study, trial) -> str:
 
     try:
         optuna_study.tell(trial, state=TrialState.FAIL)
-        frozen = next(t for t in optuna_study.get_trials(deepcopy=False) if t.number == trial.number)
-        queue_again(optuna_study, frozen, died=False)
+        queue_again(optuna_study, _frozen(optuna_study, trial.number), died=False)
         return f"trial {trial.number}'s configuration runs first when the same command runs again"
     except StorageAway:
         return (f"trial {trial.number} stays running in the storage (which cannot take more now); the same command "
