@@ -401,8 +401,8 @@ def test_consert_official_code_selects_on_the_last_layers_mean_and_cuts_test_sen
     import json
     from pathlib import Path
 
-    import cse_kit.eval
     from cse_kit import cli
+    from cse_kit.cli import eval as eval_command
     from cse_kit.eval.dev import DevEvaluator
     from cse_kit.models import load_encoder
 
@@ -423,8 +423,9 @@ def test_consert_official_code_selects_on_the_last_layers_mean_and_cuts_test_sen
         built.append(encoder)
         return {"sts": {}, "transfer": {}}
 
-    monkeypatch.setattr(cse_kit.eval, "evaluate", evaluate)
-    monkeypatch.setattr(cse_kit.eval, "format_tables", lambda result: "")
+    # where `cse-kit eval` looks them up (its module imports them by name, once, whichever test imports it first)
+    monkeypatch.setattr(eval_command, "evaluate", evaluate)
+    monkeypatch.setattr(eval_command, "format_tables", lambda result: "")
     assert cli.main(["eval", "--model", str(model_dir), "--tasks", "sts", "--data-dir", str(data_dir)]) == 0
     assert "sentences cut at 67 tokens" in capsys.readouterr().out
     encoder = built[0]

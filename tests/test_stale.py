@@ -82,7 +82,7 @@ def test_a_stale_record_is_marked_listed_and_recomputed_and_the_others_reused(da
 
 def test_report_recompute_stale_sets_the_stale_records_aside_and_executes_the_notebooks_again(
         data_dir, tmp_path, monkeypatch, capsys):
-    import cse_kit.report
+    from cse_kit.cli import report as report_command
 
     store = ResultStore(tmp_path / "results", data_dir)
     stale = store.get(Pretrained("smoke-bert", "avg", "smoke"), ("sts_dev",))["key"]
@@ -96,7 +96,7 @@ def test_report_recompute_stale_sets_the_stale_records_aside_and_executes_the_no
         (tmp_path / "out" / "report.json").write_text(json.dumps({"runs": []}))
         return tmp_path / "out" / "index.html"
 
-    monkeypatch.setattr(cse_kit.report, "build", build)
+    monkeypatch.setattr(report_command, "build", build)  # where `cse-kit report` looks it up
     assert cli.main(["report", "--profile", "smoke", "--results-dir", str(store.root), "--data-dir", str(data_dir),
                      "--recompute-stale"]) == 0
     assert built == [True]  # the notebooks execute again; their finished runs are reused

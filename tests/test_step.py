@@ -310,7 +310,9 @@ def _code_path(cfg) -> tuple:
 
 def _report_configs(profile: str) -> list:
     """Every training config the report's notebooks train on `profile`, as `cse-kit report --plan` lists them
-    (report.plan.plan: the notebooks' own row builders and defaults), without pricing them (which reads the data)."""
+    (report.plan.plan: the notebooks' own row builders and defaults), without pricing them (which reads the data);
+    not the runs of a method of one's own that another test registered in this process (its code is not the kit's)."""
+    from cse_kit.papers.comparison import own_methods
     from cse_kit.report import plan as report_plan
     from cse_kit.report.notebooks import NOTEBOOKS
     from cse_kit.train.config import TrainConfig
@@ -318,7 +320,8 @@ def _report_configs(profile: str) -> list:
     with tempfile.TemporaryDirectory() as store, \
             mock.patch.object(report_plan, "run_steps", lambda cfg, data_dir=None: (0, 0, [])):
         runs = report_plan.plan(profile, [n for n in NOTEBOOKS if n in report_plan.NEEDS], store).runs
-    return [r.subject for r in runs.values() if isinstance(r.subject, TrainConfig)]
+    yours = own_methods()
+    return [r.subject for r in runs.values() if isinstance(r.subject, TrainConfig) and r.subject.method not in yours]
 
 
 def _path_name(cfg) -> str:
