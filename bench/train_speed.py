@@ -14,7 +14,9 @@
 
 SimCSE, DiffCSE, SCD and ESimCSE (cpu profile: all-MiniLM-L6-v2, its fitted MLM head as DiffCSE's generator, SCD's
 3 x 4096 projector) against sentence-transformers' MultipleNegativesRankingLoss (st) on the same model, batches
-(Wiki1M sample, max length 32) and optimizer, in rounds that alternate them, so machine noise hits all alike.
+(Wiki1M sample, max length 32) and AdamW, in rounds that alternate them, so machine noise hits all alike. Each
+method's step is the loop's own (cse_kit.train.step.TrainStep with its preset's optimizer, schedule and clipping,
+built by paper_speed.train_step as for --shape: StepTimer), its batch made before the clock starts.
 PromptBERT (promptbert: the unsupervised preset, two templates and their denoising rows) and ConSERT (consert: feature
 cutoff and shuffle, one pass per view) train on the same sentences. Prints median sentences/s, each method's measured
 cost over SimCSE beside its FLOP ratio, and (--eval)
@@ -30,7 +32,6 @@ position, the denoising rows and the attention to the 2l prefix keys; peak memor
 import argparse
 import statistics
 from functools import partial
-import sys
 import time
 from pathlib import Path
 
@@ -43,6 +44,8 @@ from cse_kit.train import build_config, build_objective
 from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
 from cse_kit.eval.prompt import Template
 from cse_kit.train.optim import build_optimizer, fused_update
+
+import paper_speed  # bench/ (the script's folder)
 
 
 def _nonembedding_params(model) -> int:
@@ -159,24 +162,20 @@ def diffaug_flop_ratio(diffaug, plain_width: int, templated_width: int, batch, r
 
 
 class StepTimer:
-    """One training step timed; precision "bf16": the forward under bf16 autocast, as the loop's Accelerator runs
-    it (fp32 weights and optimizer), and the loop's AdamW for that precision (fused in bf16, else _foreach)."""
+    """The loop's own step (cse_kit.train.step.TrainStep, built as the loop builds it: paper_speed.train_step) of
+    `objective` under `cfg` in `precision` ("bf16": the forward under bf16 autocast with fp32 weights, and the loop's
+    AdamW for it), over `batches` (and `nli_batches`, a first stage's); `timer(i)` times run step i (a two-stage
+    method's main stage starts at `first_stage`) on its batch, made and copied beforehand (TimedStep.prepare), so
+    only the step is timed. Each precision needs an objective of its own: Accelerate wraps a prepared module's
+    forward in its autocast."""
 
-    def __init__(self, objective, lr, precision: str = "no"):
-        self.objective = objective.train()
-        named = [(n, p) for n, p in objective.named_parameters() if p.requires_grad]
-        self.opt = build_optimizer(named, "torch-adamw", lr, None, fused_update("cpu", precision))
-        self.autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    def __init__(self, cfg, objective, batches, precision: str = "no", nli_batches=None):
+        self.step = paper_speed.train_step(cfg.replace(mixed_precision=precision), objective, batches, nli_batches,
+                                           torch.device("cpu"), batches.steps_per_epoch)
+        self.first_stage = self.step.first_stage
 
-    def __call__(self, batch) -> float:
-        t = time.perf_counter()
-        with self.autocast():
-            loss = self.objective(batch)["loss"]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for g in self.opt.param_groups for p in g["params"]], 1.0)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - t
+    def __call__(self, step: int) -> float:
+        return self.step.timed(step)["step"]
 
 
 def diffcse_parts(diffcse, batch) -> dict:
@@ -255,8 +254,6 @@ def st_compare(args) -> dict:
     same sentences, `--warmup` rounds untimed. Prints the medians and the ratio; `--output` writes them as JSON."""
     import json
 
-    import paper_speed
-
     from cse_kit.train.step import resolve_padding
 
     paper_speed.hide_gpu_for_cpu(args.device)
@@ -317,8 +314,6 @@ def main():
     p.add_argument("--data-dir")
     p.add_argument("--glibc-default", action="store_true",
                    help="leave malloc as glibc sets it (cse-kit train keeps freed memory, see keep_freed_memory)")
-    sys.path.insert(0, str(Path(__file__).parent))
-    import paper_speed
     import speed_report
 
     paper_speed.add_arguments(p)
@@ -350,11 +345,13 @@ def main():
                "promptbert": ("PromptBERT", "promptbert-bert"), "consert": ("ConSERT", "consert-bert")}
     cfgs = {name: build_config(preset, "cpu", {"batch_size": args.batch_size, "data_dir": args.data_dir})
             for key, (name, preset) in presets.items() if key in chosen}
-    objectives = {}
-    for name, cfg in cfgs.items():
+    tokenizer = load_encoder(cfgs["SimCSE"].model)[0]  # every cpu-profile preset's: all-MiniLM-L6-v2's
+
+    def objective(cfg):
         torch.manual_seed(0)
-        tokenizer, encoder = load_encoder(cfg.model, cfg.dropout)
-        objectives[name] = build_objective(cfg, tokenizer, encoder)
+        return build_objective(cfg, *load_encoder(cfg.model, cfg.dropout))
+
+    objectives = {name: objective(cfg) for name, cfg in cfgs.items()}
     corpus = load_examples("Wiki1M-sample", args.data_dir)
     dataset = tokenize(corpus, tokenizer, 32, tokenized_cache_dir(args.data_dir))
     batches = Batches(dataset, args.batch_size, 0, tokenizer.pad_token_id)
@@ -364,27 +361,27 @@ def main():
                  for name, cfg in cfgs.items() if cfg.template}
     texts = [ex[0] for ex in load_examples("Wiki1M-sample", args.data_dir)]
     order = batches.order(0)
-    steps = {name: StepTimer(obj, 3e-5) for name, obj in objectives.items()}
-    # each further precision (--mixed-precision no,bf16): the same objectives timed in it, in the same rounds
+    steps = {name: StepTimer(cfgs[name], obj, templated.get(name, batches)) for name, obj in objectives.items()}
+    # each further precision (--mixed-precision no,bf16): each method again (its own copy, as initialised), timed in
+    # it in the same rounds
     extra = [p for p in dict.fromkeys(args.mixed_precision or ["no"]) if p != "no"]
-    steps.update({f"{name} {p}": StepTimer(obj, 3e-5, p) for p in extra for name, obj in objectives.items()})
-    method_of = {f"{name} {p}": name for p in extra for name in objectives}  # a timed step -> its method
+    steps.update({f"{name} {p}": StepTimer(cfg, objective(cfg), templated.get(name, batches), p)
+                  for p in extra for name, cfg in cfgs.items()})
     if "st" in chosen:
-        steps["sentence-transformers MNRL"] = sentence_transformers_step(args.batch_size, 3e-5)
+        st_step = sentence_transformers_step(args.batch_size, 3e-5)
+        steps["sentence-transformers MNRL"] = lambda i: st_step(
+            [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()])
     times = {name: [] for name in steps}
     fractions, parts, lengths, esimcse_timed, loops, widths, prompt_ratios = [], [], [], [], [], [], []
     for i in range(args.steps + 2):
         batch = batches(i)
-        sentences = [texts[j] for j in order[i * args.batch_size:(i + 1) * args.batch_size].tolist()]
-        inputs = {name: templated[name](i) for name in templated}
-        measured = {name: step(sentences if name.startswith("sentence")
-                               else inputs.get(method_of.get(name, name), batch)) for name, step in steps.items()}
+        measured = {name: step(i) for name, step in steps.items()}
         if i >= 2:
             if "PromptBERT" in objectives:
+                prompted = templated["PromptBERT"](i)
                 prompt_ratios.append(promptbert_flop_ratio(objectives["PromptBERT"], objectives["SimCSE"],
                                                            batch["input_ids"].shape[-1],
-                                                           inputs["PromptBERT"]["input_ids"].shape[-1],
-                                                           inputs["PromptBERT"]))
+                                                           prompted["input_ids"].shape[-1], prompted))
             fractions.append(projected_fraction(batch))
             lengths.append(batch["input_ids"].shape[-1])
             if "DiffCSE" in objectives:
@@ -469,17 +466,15 @@ def diffaug_main(args) -> None:
     prompted = Batches(tokenize(corpus, tokenizer, 32, cache, template), args.batch_size, 0, tokenizer.pad_token_id)
     nli = Batches(tokenize(load_examples(cfg.nli_data, args.data_dir), tokenizer, 32, cache, template),
                   args.batch_size, 0, tokenizer.pad_token_id)
-    steps = {"SimCSE": StepTimer(simcse, 3e-5), "SimCSE, templated input": StepTimer(templated_simcse, 3e-5),
-             "DiffAug stage 1": StepTimer(diffaug, 1e-3), "DiffAug stage 2": StepTimer(diffaug, 1e-5)}
+    diffaug_step = StepTimer(cfg, diffaug, prompted, nli_batches=nli)  # its two stages, each with its optimizer
+    stage1, stage2 = diffaug_step, lambda i: diffaug_step(diffaug_step.first_stage + i)
+    steps = {"SimCSE": StepTimer(simcse_cfg, simcse, plain),
+             "SimCSE, templated input": StepTimer(simcse_cfg, templated_simcse, prompted),
+             "DiffAug stage 1": stage1, "DiffAug stage 2": stage2}
     times, ratios = {k: [] for k in steps}, []
     for i in range(args.steps + 2):
         plain_batch, prompted_batch = plain(i), prompted(i)
-        nli_batch = {f"nli_{k}": v for k, v in nli(i).items() if k != "example_index"}
-        measured = {}
-        for name, step in steps.items():
-            diffaug.stage = 1 if name.endswith("1") else 2
-            batch = nli_batch if name.endswith("1") else (plain_batch if name == "SimCSE" else prompted_batch)
-            measured[name] = step(batch)
+        measured = {name: step(i) for name, step in steps.items()}
         if i >= 2:
             for k, v in measured.items():
                 times[k].append(v)

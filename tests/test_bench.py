@@ -375,6 +375,44 @@ def test_the_bench_times_the_loops_own_step():
     assert "step" not in own and own <= {"prepare", "batch", "timed", "compiled", "sync", "stage_of"}
 
 
+def test_the_cpu_profile_bench_steps_as_the_loop_does(data_dir):
+    """train_speed's per-method mode times paper_speed's step (one benchmark of training steps, issue 82): a timed
+    step moves the weights exactly as a TrainStep built by cse_kit.train.setup moves a copy, on the same batch."""
+    import copy
+
+    import train_speed
+
+    from cse_kit.models import load_encoder
+    from cse_kit.train import build_config, build_objective
+    from cse_kit.train.data import Batches, load_examples, tokenize, tokenized_cache_dir
+    from cse_kit.train.precision import build_accelerator
+    from cse_kit.train.setup import optimization, stage_steps
+    from cse_kit.train.step import TrainStep
+
+    cfg = build_config("simcse-bert", "smoke", {"data_dir": str(data_dir)})
+    tokenizer, encoder = load_encoder(cfg.model)
+    objective = build_objective(cfg, tokenizer, encoder)
+    twin, initial = copy.deepcopy(objective), copy.deepcopy(objective.state_dict())
+    corpus = load_examples("Wiki1M-sample", str(data_dir))[:64]
+    batches = Batches(tokenize(corpus, tokenizer, 32, tokenized_cache_dir(str(data_dir))), 8, 0,
+                      tokenizer.pad_token_id)
+    timer = train_speed.StepTimer(cfg, objective, batches)
+    assert isinstance(timer.step, paper_speed.TimedStep)
+    accelerator = build_accelerator("no")
+    first, main = stage_steps(cfg, batches.steps_per_epoch, twin)
+    run = optimization(cfg, twin, accelerator, first, main)
+    loop = TrainStep(cfg, accelerator, run.objective, run.unwrapped, run.params, run.optimizers, run.schedulers,
+                     batches, None, first)
+    for step in range(2):
+        torch.manual_seed(step)
+        assert timer(step) > 0
+        torch.manual_seed(step)
+        loop.step(step)
+    ours, theirs = objective.state_dict(), twin.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in ours.items())
+    assert not all(torch.equal(v, initial[k]) for k, v in ours.items())  # the steps trained
+
+
 @pytest.mark.parametrize("given, mode", [("true", True), ("false", False), ("reduce-overhead", "reduce-overhead"),
                                          ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")])
 def test_compile_takes_a_mode_or_none(given, mode):
