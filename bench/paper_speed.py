@@ -284,18 +284,16 @@ def step_accelerator(setting: str, device):
 
 
 def main_steps(cfg) -> int:
-    """The main stage's optimizer steps of the preset's full run (over CORPUS_LINES), as the loop counts them
-    (cse_kit.train.setup.main_stage_steps)."""
+    """The main stage's optimizer steps of the preset's full run (over CORPUS_LINES), as setup.main_stage_steps."""
     return main_stage_steps(cfg, CORPUS_LINES[cfg.data] // cfg.batch_size)
 
 
 def train_step(cfg, objective, batches, nli_batches, device, steps_per_epoch: int | None = None) -> TimedStep:
     """The loop's step (cse_kit.train.step.TrainStep) of `objective`, built as the loop builds it: the Accelerator of
-    the run's precision, then cse_kit.train.setup's stage_steps and optimization (compiled where cfg.compile says).
-    The schedules span epochs of `steps_per_epoch` batches (default: the preset's full corpus, CORPUS_LINES)."""
+    the run's precision, then cse_kit.train.setup's stage_steps (epochs of `steps_per_epoch` batches, default the
+    preset's corpus, CORPUS_LINES) and optimization (compiled where cfg.compile says)."""
     accelerator = step_accelerator(cfg.mixed_precision, device)
-    steps_per_epoch = steps_per_epoch or CORPUS_LINES[cfg.data] // cfg.batch_size
-    first_stage, main = stage_steps(cfg, steps_per_epoch, objective)
+    first_stage, main = stage_steps(cfg, steps_per_epoch or CORPUS_LINES[cfg.data] // cfg.batch_size, objective)
     run = optimization(cfg, objective, accelerator, first_stage, main)
     return TimedStep(cfg, accelerator, run.objective, run.unwrapped, run.params, run.optimizers, run.schedulers,
                      batches, nli_batches, first_stage)
