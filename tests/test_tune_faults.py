@@ -3,6 +3,7 @@ Debian's package), never mocks: the database stopped mid-trial, a worker killed,
 storage, a damaged study file. Each time: one line, nothing lost, a rerun at once finishes the total, and the study's
 configurations are those of an uninterrupted study of the same seed (docs/tuning.md, "When things go wrong")."""
 
+import json
 import os
 import signal
 import subprocess
@@ -151,6 +152,50 @@ def test_the_database_stopped_mid_trial_is_one_line_the_run_is_kept_and_a_rerun_
     assert process.returncode == 0 and "Traceback" not in err, err
     assert sorted(_states(_trials_in(url))) == ["COMPLETE"] * 4 + ["FAIL"]
     assert _configurations(_trials_in(url)) == uninterrupted
+
+
+def test_the_database_stopped_after_a_trials_first_checkpoint_is_said_kept_and_the_rerun_resumes_it_there(
+        own_postgresql, data_dir, tmp_path):
+    """PostgreSQL stopped once trial 0's run has written a checkpoint (in the loop's `checkpoint/`), under a pruner,
+    so every dev score goes to the storage mid-run: the command stops in one line saying the run keeps its last
+    checkpoint and resumes from there (issue 82: it looked for `checkpoints/` and said "had trained nothing yet");
+    the server back, the same command resumes the run at that checkpoint's step and finishes the study."""
+    from cse_kit.train.checkpoint import CHECKPOINT, STATE, checkpoint_step
+
+    url = own_postgresql.database("tune_checkpoint", "kit", "s3cret")
+    results = tmp_path / "results"
+    argv = _argv(results, data_dir, 1, "--storage", url, "--storage-patience", "2", "--prune", "--set",
+                 "save_steps=2", "--set", "eval_steps=4", "--set", "epochs=3")
+    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not any((run / CHECKPOINT / STATE).is_file() for run in (results / "runs").glob("*/")):
+        assert process.poll() is None and time.time() < deadline, process.communicate()
+        time.sleep(0.01)
+    own_postgresql.halt()
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 2, err
+    lines = [line for line in err.strip().splitlines() if not line.startswith("tokenizing")]  # a fresh data dir's
+    assert len(lines) == 1 and "Traceback" not in err, err
+    run = next((results / "runs").glob("*/"))  # the run's folder, not its lock file
+    assert f"trial 0's run keeps its last checkpoint ({run}): run the same command again when the storage " \
+           "answers, and it resumes from there" in lines[0]
+    kept = checkpoint_step(run / CHECKPOINT)
+    assert 2 <= kept < 24 and not (run / "summary.json").exists()
+
+    log = run / "log.jsonl"  # each line marked: a resumed run keeps its lines up to the checkpoint, a new one not
+    log.write_text("".join(json.dumps({**json.loads(line), "before the stop": True}) + "\n"
+                           for line in log.read_text().splitlines()))
+
+    own_postgresql.resume()
+    rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    kept_lines = [e["step"] for e in logged if "before the stop" in e]
+    assert kept_lines and kept_lines == [e["step"] for e in logged if e["step"] <= kept]  # resumed, not retrained
+    assert [e["step"] for e in logged if "loss" in e] == list(range(2, 25, 2))  # no step twice, none missing
+    trials = _trials_in(url)
+    assert sorted(_states(trials)) == ["COMPLETE", "FAIL"] and trials[1].params == trials[0].params
+    assert json.loads((run / "summary.json").read_text())["steps"] == 24
 
 
 def _at_once(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:
