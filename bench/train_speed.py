@@ -165,14 +165,13 @@ class StepTimer:
     """The loop's own step (cse_kit.train.step.TrainStep, built as the loop builds it: paper_speed.train_step) of
     `objective` under `cfg` in `precision` ("bf16": the forward under bf16 autocast with fp32 weights, and the loop's
     AdamW for it), over `batches` (and `nli_batches`, a first stage's); `timer(i)` times run step i (a two-stage
-    method's main stage starts at `first_stage`) on its batch, made and copied beforehand (TimedStep.prepare), so
-    only the step is timed. Each precision needs an objective of its own: Accelerate wraps a prepared module's
-    forward in its autocast."""
+    method's main stage starts at `timer.step.first_stage`) on its batch, made and copied beforehand
+    (TimedStep.prepare), so only the step is timed. Each precision needs an objective of its own: Accelerate wraps a
+    prepared module's forward in its autocast."""
 
     def __init__(self, cfg, objective, batches, precision: str = "no", nli_batches=None):
         self.step = paper_speed.train_step(cfg.replace(mixed_precision=precision), objective, batches, nli_batches,
                                            torch.device("cpu"), batches.steps_per_epoch)
-        self.first_stage = self.step.first_stage
 
     def __call__(self, step: int) -> float:
         return self.step.timed(step)["step"]
@@ -467,7 +466,7 @@ def diffaug_main(args) -> None:
     nli = Batches(tokenize(load_examples(cfg.nli_data, args.data_dir), tokenizer, 32, cache, template),
                   args.batch_size, 0, tokenizer.pad_token_id)
     diffaug_step = StepTimer(cfg, diffaug, prompted, nli_batches=nli)  # its two stages, each with its optimizer
-    stage1, stage2 = diffaug_step, lambda i: diffaug_step(diffaug_step.first_stage + i)
+    stage1, stage2 = diffaug_step, lambda i: diffaug_step(diffaug_step.step.first_stage + i)
     steps = {"SimCSE": StepTimer(simcse_cfg, simcse, plain),
              "SimCSE, templated input": StepTimer(simcse_cfg, templated_simcse, prompted),
              "DiffAug stage 1": stage1, "DiffAug stage 2": stage2}

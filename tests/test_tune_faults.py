@@ -48,16 +48,23 @@ def _states(trials: list) -> list[str]:
     return [t.state.name for t in trials]
 
 
-def _when_a_trial_trains(process: subprocess.Popen, results: Path, number: int, timeout: float = 300) -> None:
-    """Wait until the run of trial `number` of a one-worker study trains: its run folder, the study's number+1-th,
-    exists (watched on the file system: a smoke run trains in about a second, a read of the storage takes 0.2 s)."""
+def _when(process: subprocess.Popen, done, what: str, timeout: float = 300) -> None:
+    """Wait, with the command still running, until done() (watched on the file system: a smoke run trains in about
+    a second, a read of the storage takes 0.2 s)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert process.poll() is None, process.communicate()
-        if sum(p.is_dir() for p in (results / "runs").glob("*")) > number:
+        if done():
             return
         time.sleep(0.01)
-    raise AssertionError(f"trial {number} never trained")
+    raise AssertionError(f"{what} never happened")
+
+
+def _when_a_trial_trains(process: subprocess.Popen, results: Path, number: int) -> None:
+    """Wait until the run of trial `number` of a one-worker study trains: its run folder, the study's number+1-th,
+    exists."""
+    _when(process, lambda: sum(p.is_dir() for p in (results / "runs").glob("*")) > number,
+          f"trial {number} training")
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +174,8 @@ def test_the_database_stopped_after_a_trials_first_checkpoint_is_said_kept_and_t
     argv = _argv(results, data_dir, 1, "--storage", url, "--storage-patience", "2", "--prune", "--set",
                  "save_steps=2", "--set", "eval_steps=4", "--set", "epochs=3")
     process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not any((run / CHECKPOINT / STATE).is_file() for run in (results / "runs").glob("*/")):
-        assert process.poll() is None and time.time() < deadline, process.communicate()
-        time.sleep(0.01)
+    _when(process, lambda: any((run / CHECKPOINT / STATE).is_file() for run in (results / "runs").glob("*/")),
+          "trial 0's first checkpoint")
     own_postgresql.halt()
     out, err = process.communicate(timeout=300)
     assert process.returncode == 2, err
