@@ -1,7 +1,5 @@
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -129,35 +127,17 @@ def assert_ranks_cannot_swap(scores, tolerance: float) -> None:
     assert closest > needed, f"two scores lie {closest:.3g} apart, rounding ({needed:.3g}) could swap their ranks"
 
 
-#: `python -c KILL_BEFORE_CHECKPOINT <step> <cse-kit arguments>`: the cse-kit CLI, killed with SIGKILL by itself at a
-#: point of the run, not of the clock: as it is about to put checkpoint `step` in place (the rename of its complete
-#: folder to checkpoint/, seen by an audit hook, whatever code does it). Everything of that step is done by then (its
-#: log line, evaluation and best model), none of it checkpointed: a resume redoes it from the checkpoint before.
-KILL_BEFORE_CHECKPOINT = """
-import json, os, signal, sys
-from pathlib import Path
-
-def kill_before_checkpoint(event, args, step=int(sys.argv.pop(1))):
-    if event == "os.rename" and Path(args[1]).name == "checkpoint":
-        state = Path(args[0]) / "trainer_state.json"
-        if state.is_file() and json.loads(state.read_text())["step"] == step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-sys.addaudithook(kill_before_checkpoint)
-from cse_kit.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 def cli_env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
 
 
 def kill_9_before_checkpoint(args: list[str], step: int) -> None:
     """Run `cse-kit *args` (a training run saving a checkpoint at `step`) and kill -9 it as that checkpoint is about
-    to replace the one before (KILL_BEFORE_CHECKPOINT)."""
-    done = subprocess.run([sys.executable, "-c", KILL_BEFORE_CHECKPOINT, str(step), *args], env=cli_env(),
-                          capture_output=True, text=True, timeout=600)
+    to replace the one before (kit_process.kill_before_checkpoint)."""
+    import kit_process
+
+    done = kit_process.run(args, env=cli_env(), capture_output=True, text=True, timeout=600,
+                           kill_before_checkpoint=step)
     assert done.returncode == -signal.SIGKILL, f"not killed before checkpoint {step}: {done.stderr[-3000:]}"
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import kit_process
 from conftest import plant
 from cse_kit.train import build_config, train
 from cse_kit.train.loop import RunStateError, TrainingStopped
@@ -140,8 +141,8 @@ def test_a_checkpoint_saved_before_the_early_stop_keys_resumes_bit_identical(run
 def _cli(args, data_dir, run):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
     sets = [x for k, v in SETTINGS.items() for x in ("--set", f"{k}={v}")]
-    return subprocess.run([sys.executable, "-m", "cse_kit.cli", *args, "--data-dir", str(data_dir),
-                           "--output-dir", str(run), "--no-progress", *sets], env=env, capture_output=True, text=True)
+    return kit_process.run([*args, "--data-dir", str(data_dir),
+                            "--output-dir", str(run), "--no-progress", *sets], env=env, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -4,7 +4,6 @@ the official code's computation is tests/test_diffaug_official.py."""
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from cse_kit.io import recover_dir
 from cse_kit.train import PRESETS, build_config, train
 from cse_kit.train.loop import checkpoint_step
 
+import kit_process
 from conftest import cli_env, kill_9_before_checkpoint
 
 DIFFAUG_PRESETS = [p for p, (_, s) in PRESETS.items() if s["method"] == "diffaug"]
@@ -111,8 +111,8 @@ def test_stage_one_skips_the_encoders_weight_gradients_and_ends_bit_identical(da
 
 
 def _cli(args):
-    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=cli_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return kit_process.popen(args, env=cli_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
 
 
 def _stage_one_moved_the_prefixes_only(checkpoint) -> None:

@@ -4,8 +4,6 @@ unchanged, and the exported models' evaluation."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -24,6 +22,7 @@ from cse_kit.models import load_encoder
 from cse_kit.train import build_objective
 from cse_kit.train.loop import STAGE1_FILE
 
+import kit_process
 from conftest import SAME_ARITHMETIC, agrees
 
 VARIANTS = {"adapter": {"augmentation_module": "adapter"}, "lora": {"augmentation_module": "lora"},
@@ -154,9 +153,9 @@ def test_an_adapter_model_is_evaluated_by_cse_kit_eval_and_refused_by_export_st(
 
     _, run, _ = runs("adapter")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "cse_kit.cli", "eval", "--model", str(run / "model"), "--tasks",
-                           "STSBenchmark", "--data-dir", str(data_dir), "--output", str(tmp_path / "eval.json")],
-                          env=env, capture_output=True, text=True)
+    proc = kit_process.run(["eval", "--model", str(run / "model"), "--tasks",
+                            "STSBenchmark", "--data-dir", str(data_dir), "--output", str(tmp_path / "eval.json")],
+                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "eval.json").read_text())["sts"]["STSBenchmark"]["test"]["spearman"] is not None
     with pytest.raises(ValueError, match="bottleneck adapters"):

@@ -15,6 +15,7 @@ from cse_kit.train import build_config, build_objective, train
 from cse_kit.models import load_encoder
 from cse_kit.train.setup import run_accelerator, training_data
 
+import kit_process
 from conftest import cli_env, kill_9_before_checkpoint, rerandomize
 
 #: every method the cache serves, through its smoke preset (DiffAug: its stage 2; semi: a method under a strategy)
@@ -205,9 +206,8 @@ def test_five_cached_steps_train_what_five_plain_steps_train(distinct_bert, data
     runs = {}
     for chunk in (0, 3):
         out = tmp_path / f"chunk{chunk}"
-        subprocess.run([sys.executable, "-m", "cse_kit.cli", *_train_args(distinct_bert, out, "--data-dir",
-                                                                        str(data_dir), "--set", f"grad_cache={chunk}")],
-                       env=cli_env(), check=True, capture_output=True)
+        kit_process.run(_train_args(distinct_bert, out, "--data-dir", str(data_dir), "--set", f"grad_cache={chunk}"),
+                        env=cli_env(), check=True, capture_output=True)
         log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
         runs[chunk] = [r for r in log if "loss" in r], load_file(str(out / "model" / "model.safetensors"))
     (plain_log, plain), (cached_log, cached) = runs[0], runs[3]
@@ -231,10 +231,10 @@ def test_kill_9_and_resume_with_caching_ends_as_an_uninterrupted_cached_run(dist
                        "--set", "save_steps=2", "--set", "dropout=0.1")
     whole = _train_args(distinct_bert, tmp_path / "whole", "--data-dir", str(data_dir), "--set", "grad_cache=3",
                         "--set", "save_steps=2", "--set", "dropout=0.1")
-    subprocess.run([sys.executable, "-m", "cse_kit.cli", *whole], env=cli_env(), check=True, capture_output=True)
+    kit_process.run(whole, env=cli_env(), check=True, capture_output=True)
     kill_9_before_checkpoint(args, 4)
     assert not (tmp_path / "cut" / "summary.json").exists()
-    subprocess.run([sys.executable, "-m", "cse_kit.cli", *args], env=cli_env(), check=True, capture_output=True)
+    kit_process.run(args, env=cli_env(), check=True, capture_output=True)
     a, b = (load_file(str(tmp_path / d / "model" / "model.safetensors")) for d in ("whole", "cut"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     logs = [[{k: v for k, v in json.loads(x).items() if k != "dev"} for x in (tmp_path / d / "log.jsonl").read_text()

@@ -22,6 +22,7 @@ from cse_kit.experiments import TABLE_MIMETYPE
 from cse_kit.progress import TERMINAL_PROGRESS_ENV
 from cse_kit.data.published import paper_table
 
+import kit_process
 from conftest import REPO, run_notebook
 
 NOTEBOOKS = REPO / "notebooks"
@@ -600,14 +601,13 @@ def test_two_reports_at_once_each_talk_to_their_own_kernels(tmp_path, data_dir):
     """Two `cse-kit report` started together on one checkout: each kernel has its own IPC socket folder (jupyter's
     default relative "kernel-ipc" let one report's kernels answer the other's, "Invalid Signature")."""
     import os
-    import sys
 
     def start(name):
-        return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
-                                 "diffaug_table5_hparams", "table12_14_hparams", "--data-dir", str(data_dir),
-                                 "--results-dir", str(tmp_path / name / "results"), "--out", str(tmp_path / name)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "TQDM_DISABLE": "1"})
+        return kit_process.popen(["report", "--profile", "smoke", "--only",
+                                  "diffaug_table5_hparams", "table12_14_hparams", "--data-dir", str(data_dir),
+                                  "--results-dir", str(tmp_path / name / "results"), "--out", str(tmp_path / name)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env={**os.environ, "TQDM_DISABLE": "1"})
 
     reports = [start("a"), start("b")]
     outputs = [r.communicate(timeout=600)[0] for r in reports]

@@ -18,6 +18,8 @@ from cse_kit.results import parallel
 from cse_kit.results import Pretrained, ResultStore
 from cse_kit.train.presets import build_config
 
+import kit_process
+
 
 def _runs(seeds):
     return [build_config("simcse-bert", "smoke", {"seed": seed, "max_steps": 2, "eval_steps": 2}) for seed in seeds]
@@ -105,9 +107,9 @@ def test_the_jobs_folder_is_private_per_user_and_outside_the_store(tmp_path, mon
         parallel.jobs_dir(store)
 
     monkeypatch.setenv(parallel.JOBS_DIR_ENV, str(folder))
-    done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--workers", "2",
-                           "--results-dir", str(store), "--out", str(tmp_path / "page")], capture_output=True,
-                          text=True)
+    done = kit_process.run(["report", "--profile", "smoke", "--workers", "2",
+                            "--results-dir", str(store), "--out", str(tmp_path / "page")], capture_output=True,
+                           text=True)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert f"run `chmod 700 {folder}`" in done.stderr and parallel.JOBS_DIR_ENV in done.stderr
     assert not (tmp_path / "page").exists()
@@ -193,11 +195,11 @@ def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data
     With two notebooks they run in a pool of worker processes, with one in the report's own process."""
     results = tmp_path / "results"
     notebooks = ["figure2_cosine", "table12_14_hparams"] if how == "SIGTERM" else ["figure2_cosine"]
-    report = subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
-                               *notebooks, "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
-                               str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True,
-                              env={**os.environ, "TQDM_DISABLE": "1"})
+    report = kit_process.popen(["report", "--profile", "smoke", "--only",
+                                *notebooks, "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
+                                str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "TQDM_DISABLE": "1"})
     deadline = time.monotonic() + 300
     while not list(results.glob("runs/*/log.jsonl")) and time.monotonic() < deadline and report.poll() is None:
         time.sleep(0.1)

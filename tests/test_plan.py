@@ -3,8 +3,6 @@
 import ast
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +10,8 @@ from cse_kit.report import NOTEBOOK_DIR, select
 from cse_kit.report.plan import NEEDS, bill, longest_first, plan, text
 from cse_kit.report.step_times import SHIPPED_FILE, Figures, NoStepTimes, figures_for, sentences
 from cse_kit.train.presets import PROFILES, build_config
+
+import kit_process
 
 H200 = json.loads(SHIPPED_FILE.read_text())["devices"]["NVIDIA H200"]["paper"]
 WIKI1M_LINES = 1_000_001  # the registry's count (cse_kit/data/registry.py)
@@ -235,9 +235,9 @@ def test_the_smoke_plan_is_what_a_smoke_report_trains_and_evaluates(tmp_path, da
         return json.dumps(store.identity(subject)["subject"], sort_keys=True)
 
     expected = {identity(r.subject): set(r.evals) for r in planned.runs.values()}
-    done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--results-dir",
-                           str(results), "--data-dir", str(data_dir), "--out", str(tmp_path / "out"), "--only",
-                           *names], capture_output=True, text=True)
+    done = kit_process.run(["report", "--profile", "smoke", "--results-dir",
+                            str(results), "--data-dir", str(data_dir), "--out", str(tmp_path / "out"), "--only",
+                            *names], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     found = {json.dumps(r["subject"], sort_keys=True): set(r["metrics"]) for r in store.records()}
     assert found == expected

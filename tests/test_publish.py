@@ -31,6 +31,7 @@ from cse_kit.results import ResultStore
 from cse_kit.train import build_config
 from cse_kit.train.presets import PRECISION_WORDS
 
+import kit_process
 from conftest import FLOAT64, REPO, cli_env
 from test_extending import EXAMPLE, _plugin, own_methods  # noqa: F401 (a fixture)
 
@@ -397,8 +398,8 @@ def hub():
 
 def cse_kit(args: list[str], **env) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in cli_env().items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
-    return subprocess.run([sys.executable, "-m", "cse_kit.cli", *args], env={**environment, **env},
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    return kit_process.run(args, env={**environment, **env},
+                           capture_output=True, text=True, timeout=300, cwd=REPO)
 
 
 def test_the_push_command_keeps_every_option_given():

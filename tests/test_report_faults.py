@@ -9,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from cse_kit.results import parallel
 from cse_kit.results.records import check_record
 
+import kit_process
 from test_write_failures import NO_SPACE, fill, leftovers, small_disk  # noqa: F401  (small_disk: a fixture)
 
 #: a notebook of two smoke runs (SimCSE and DiffCSE, 8 steps each), one for each of the two workers
@@ -28,10 +28,10 @@ RUNS, EVALUATION = 2, "geometry"
 
 
 def start_report(data_dir, results: Path, page: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only", NOTEBOOK,
-                             "--workers", "2", *extra, "--data-dir", str(data_dir), "--results-dir", str(results),
-                             "--out", str(page)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TQDM_DISABLE": "1"}, start_new_session=True)
+    return kit_process.popen(["report", "--profile", "smoke", "--only", NOTEBOOK,
+                              "--workers", "2", *extra, "--data-dir", str(data_dir), "--results-dir", str(results),
+                              "--out", str(page)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TQDM_DISABLE": "1"}, start_new_session=True)
 
 
 def finish(report: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:

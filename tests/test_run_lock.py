@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import kit_process
 import pytest
 
 HOLD = "from cse_kit.io import holder_lock; import sys, time; lock = holder_lock(sys.argv[1]); lock.acquire(); " \
@@ -67,9 +68,9 @@ def test_a_second_trainer_into_a_held_run_folder_waits_naming_the_holder_and_sig
     second = None
     try:
         assert holder.stdout.readline() == "held\n"
-        second = subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *TRAIN, "--data-dir", str(data_dir),
-                                   "--output-dir", str(run)], env={**os.environ, "HF_HUB_OFFLINE": "1"}, text=True,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        second = kit_process.popen([*TRAIN, "--data-dir", str(data_dir),
+                                    "--output-dir", str(run)], env={**os.environ, "HF_HUB_OFFLINE": "1"}, text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert _line(second.stderr) == (
             f"cse-kit: waiting for {run}: another trainer trains into it; held by pid {holder.pid} on host "
             f"{socket.gethostname()} since {lock_holder(lock)['since']} ({lock})\n")

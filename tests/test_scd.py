@@ -17,6 +17,8 @@ from cse_kit.methods import SCD
 from cse_kit.methods.scd import VARIANTS, SCDProjector
 from cse_kit.train import ProfileUnavailable, build_config, train
 
+import kit_process
+
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "stocks fell sharply on monday",
              "she reads a book in the garden every evening", "two dogs run in the snow", "it rains"]
 
@@ -269,13 +271,14 @@ def test_two_processes_compute_the_one_process_loss(data_dir, tmp_path):
     processes on half batches must equal one process's on the whole batch, BatchNorm statistics included."""
     settings = ["--set", "scd_dropout_low=0", "--set", "scd_dropout_high=0", "--set", "lr=1e-3", "--set",
                 "log_steps=1", "--set", "max_steps=3", "--set", "eval_steps=100", "--set", "scd_decorrelation_weight=1"]
-    base = ["-m", "cse_kit.cli", "train", "--preset", "scd-bert", "--profile", "smoke", "--data-dir",
-            str(data_dir), "--no-progress", *settings]
+    base = ["train", "--preset", "scd-bert", "--profile", "smoke", "--data-dir", str(data_dir), "--no-progress",
+            *settings]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one", tmp_path / "two"
-    subprocess.run([sys.executable, *base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
+    kit_process.run([*base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                    "29531", *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
+                    "29531", "-m", "cse_kit.cli", *base, "--output-dir", str(two)], env=env, check=True,
+                   capture_output=True)
     assert json.loads((two / "summary.json").read_text())["processes"] == 2
     logs = [[json.loads(x) for x in (d / "log.jsonl").read_text().splitlines() if '"loss"' in x] for d in (one, two)]
     assert len(logs[0]) == 3

@@ -17,6 +17,7 @@ from cse_kit.results import ResultStore
 from cse_kit.train.config import TrainConfig
 from cse_kit.train.presets import build_config
 
+import kit_process
 from test_parallel import assert_trained_once_and_resumed, interrupt_mid_training
 from test_train import _two_process_settings
 
@@ -68,10 +69,10 @@ def test_the_report_runs_its_pending_runs_as_slurm_jobs_and_equals_a_local_run(w
     a SLURM job (one job without --workers), the same record as the same run computed here; no poll of the
     scheduler on the console."""
     results = tmp_path / "results"
-    done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
-                           "figure2_cosine", *workers, "--cluster", "slurm", "--data-dir", str(data_dir),
-                           "--results-dir", str(results), "--out", str(tmp_path / "page")],
-                          capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"}, timeout=600)
+    done = kit_process.run(["report", "--profile", "smoke", "--only",
+                            "figure2_cosine", *workers, "--cluster", "slurm", "--data-dir", str(data_dir),
+                            "--results-dir", str(results), "--out", str(tmp_path / "page")],
+                           capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"}, timeout=600)
     console = done.stdout + done.stderr
     assert done.returncode == 0, console
     assert "accounting storage" not in console and "sacct" not in console
@@ -121,8 +122,8 @@ def test_two_cpu_processes_in_one_slurm_allocation_train_what_one_process_trains
     """`srun` (2 tasks) or torchrun (1 task, 2 CPUs) under sbatch: one gloo group of 2, the same losses as one
     process."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    train = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
-             str(data_dir), "--no-progress", *_two_process_settings()]
+    train = ["train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir", str(data_dir), "--no-progress",
+             *_two_process_settings()]
     one, two = tmp_path / "one", tmp_path / "two"
     if launcher == "srun":
         command, allocation = ["srun", sys.executable], ["--ntasks=2", "--cpus-per-task=1"]
@@ -130,10 +131,11 @@ def test_two_cpu_processes_in_one_slurm_allocation_train_what_one_process_trains
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"]
         allocation = ["--ntasks=1", f"--cpus-per-task={min(2, os.cpu_count())}"]  # the node has this machine's CPUs
     script = tmp_path / "two.sh"
-    script.write_text("#!/bin/bash\nexec " + " ".join([*command, *train, "--output-dir", str(two)]) + "\n")
+    script.write_text("#!/bin/bash\nexec " + " ".join([*command, "-m", "cse_kit.cli", *train, "--output-dir", str(two)])
+                      + "\n")
     job = subprocess.Popen(["sbatch", "--wait", *allocation, f"--output={tmp_path / 'two.log'}", str(script)],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    subprocess.run([sys.executable, *train, "--output-dir", str(one)], env=env, check=True, capture_output=True)
+    kit_process.run([*train, "--output-dir", str(one)], env=env, check=True, capture_output=True)
     out, err = job.communicate(timeout=600)
     assert job.returncode == 0, err + (tmp_path / "two.log").read_text()
     summaries = [json.loads((d / "summary.json").read_text()) for d in (one, two)]

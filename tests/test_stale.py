@@ -127,9 +127,9 @@ def test_a_recompute_killed_mid_notebook_loses_no_record(data_dir, tmp_path):
     import os
     import signal
     import subprocess
-    import sys
     import time
 
+    import kit_process
     from conftest import cli_env
     from cse_kit.train.presets import build_config
 
@@ -139,11 +139,10 @@ def test_a_recompute_killed_mid_notebook_loses_no_record(data_dir, tmp_path):
     for record in before:
         _rewrite_environment(store, record["key"], transformers=OLD_TRANSFORMERS)
     before = [store.read(record["key"]) for record in before]
-    report = subprocess.Popen(
-        [sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only", "table8_lambda",
-         "--results-dir", str(store.root), "--data-dir", str(data_dir), "--out", str(tmp_path / "out"),
-         "--recompute-stale"], env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+    report = kit_process.popen(
+        ["report", "--profile", "smoke", "--only", "table8_lambda", "--results-dir", str(store.root), "--data-dir",
+         str(data_dir), "--out", str(tmp_path / "out"), "--recompute-stale"], env=cli_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     running = tmp_path / "out" / "executed"
     deadline = time.monotonic() + 120
     while not list(running.glob("*.running.ipynb")) and report.poll() is None and time.monotonic() < deadline:

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from cse_kit.results import record_key
 from cse_kit.train import PRESETS, NonFiniteLoss, ProfileUnavailable, build_config, train
 
+import kit_process
 from conftest import cli_env, kill_9_before_checkpoint
 
 
@@ -83,8 +84,8 @@ def test_presets_carry_the_papers_hyperparameters():
 
 
 def _cli(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], env=cli_env(), text=True,
-                            **{"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, **kw})
+    return kit_process.popen(args, env=cli_env(), text=True,
+                             **{"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, **kw})
 
 
 def _weights(model_dir):
@@ -128,13 +129,14 @@ def _two_process_settings(extra=()):
 
 
 def _one_and_two_processes(data_dir, tmp_path, settings, port):
-    base = ["-m", "cse_kit.cli", "train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir",
-            str(data_dir), "--no-progress", *settings]
+    base = ["train", "--preset", "simcse-bert", "--profile", "smoke", "--data-dir", str(data_dir), "--no-progress",
+            *settings]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one", tmp_path / "two"
-    subprocess.run([sys.executable, *base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
+    kit_process.run([*base, "--output-dir", str(one)], env=env, check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                    str(port), *base, "--output-dir", str(two)], env=env, check=True, capture_output=True)
+                    str(port), "-m", "cse_kit.cli", *base, "--output-dir", str(two)], env=env, check=True,
+                   capture_output=True)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (one, two)]
     losses = [[json.loads(x)["loss"] for x in (d / "log.jsonl").read_text().splitlines() if '"loss"' in x]
               for d in (one, two)]

@@ -8,7 +8,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import optuna
@@ -20,6 +19,9 @@ import cse_kit.eval.sts as sts
 import cse_kit.train.loop as loop
 from cse_kit import cli
 from cse_kit.tune import Study, TuneError, best, chosen_on_test, fail_running, load, parse_space, run
+
+import kit_process
+from conftest import cli_env
 
 SPACE = "lr=log(1e-5,1e-3); temp=(0.03,0.1)"
 
@@ -214,11 +216,10 @@ def _workers(parent: psutil.Process) -> list[psutil.Process]:
 def test_a_worker_killed_mid_study_leaves_its_trial_run_again_once(data_dir, tmp_path):
     """8 trials on 2 worker processes; one is killed (SIGKILL) while it trains; the rerun runs the killed trial's
     parameters again (the heartbeat stopped), and a rerun after that trains nothing."""
-    argv = [sys.executable, "-m", "cse_kit.cli", "tune", "--preset", "simcse-bert", "--profile", "smoke", "--trials",
-            "8", "--space", SPACE, "--workers", "2", "--heartbeat", "1", "--results-dir", str(tmp_path / "results"),
-            "--data-dir", str(data_dir)]
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
-    parent = psutil.Process(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE).pid)
+    argv = ["tune", "--preset", "simcse-bert", "--profile", "smoke", "--trials", "8", "--space", SPACE, "--workers",
+            "2", "--heartbeat", "1", "--results-dir", str(tmp_path / "results"), "--data-dir", str(data_dir)]
+    env = {**cli_env(), "TRANSFORMERS_VERBOSITY": "error"}
+    parent = psutil.Process(kit_process.popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE).pid)
     storage = f"sqlite:///{tmp_path / 'results' / 'studies.sqlite3'}"
     deadline, victim = time.time() + 300, None
     while victim is None and time.time() < deadline:
@@ -297,9 +298,9 @@ def test_a_study_on_slurm_against_postgresql_runs_in_jobs_and_a_rerun_sends_none
     nothing."""
     url = postgresql.database("tune_slurm", "lab", "s3cret")
     env = {**os.environ, "CSE_KIT_JOBS_DIR": str(tmp_path / "jobs"), "TQDM_DISABLE": "1"}
-    argv = [sys.executable, "-m", "cse_kit.cli", *_tune_argv(tmp_path, data_dir, 4, "--workers", "2", "--cluster",
-                                                             "slurm", "--storage", url, "--test-seeds", "1,2")]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    argv = _tune_argv(tmp_path, data_dir, 4, "--workers", "2", "--cluster", "slurm", "--storage", url, "--test-seeds",
+                      "1,2")
+    done = kit_process.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert re.search(r"2 SLURM jobs \(\d+, \d+\)", done.stdout), done.stdout
     trials = _trials_in(url)
@@ -330,9 +331,9 @@ def test_the_dashboard_lists_the_studys_trials_with_their_values_in_a_browser(da
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = [sys.executable, "-m", "cse_kit.cli", *_tune_argv(tmp_path, data_dir, 2, "--dashboard", str(port))]
-    tune = subprocess.Popen(argv, env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    tune = kit_process.popen(_tune_argv(tmp_path, data_dir, 2, "--dashboard", str(port)),
+                             env={**os.environ, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True)
     try:
         lines = []
         while not (lines and "the dashboard stays" in lines[-1]):

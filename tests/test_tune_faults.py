@@ -4,10 +4,8 @@ storage, a damaged study file. Each time: one line, nothing lost, a rerun at onc
 configurations are those of an uninterrupted study of the same seed (docs/tuning.md, "When things go wrong")."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,19 +13,17 @@ import pytest
 
 from cse_kit import cli
 
+import kit_process
+from conftest import cli_env
 from test_tune import _trials_in
 
 SPACE = "lr=log(1e-5,1e-3); temp=(0.03,0.1)"
-ENV = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+ENV = {**cli_env(), "TRANSFORMERS_VERBOSITY": "error"}
 
 
 def _argv(results: Path, data_dir, trials: int, *more: str) -> list[str]:
     return ["tune", "--preset", "simcse-bert", "--profile", "smoke", "--trials", str(trials), "--space", SPACE,
             "--results-dir", str(results), "--data-dir", str(data_dir), *more]
-
-
-def _command(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "cse_kit.cli", *argv]
 
 
 def _sqlite(results: Path) -> str:
@@ -98,14 +94,14 @@ def test_a_worker_killed_mid_trial_is_run_again_at_once_and_the_study_draws_what
     total; none is left running, trial 0 is not retrained, and the configurations are the uninterrupted study's."""
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 4)
-    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _when_a_trial_trains(process, results, 1)
     process.send_signal(signal.SIGKILL)
     process.wait()
     kept = _records(results)
     assert len(kept) == 1  # trial 0's
 
-    rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "trial 1 was left running by pid" in rerun.stderr and "which is gone: it is run again" in rerun.stderr
     trials = _trials_in(_sqlite(results))
@@ -125,7 +121,7 @@ def test_the_database_stopped_mid_trial_is_one_line_the_run_is_kept_and_a_rerun_
     url = own_postgresql.database("tune_faults", "kit", "s3cret")
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 3, "--storage", url, "--storage-patience", "4")
-    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _when_a_trial_trains(process, results, 1)
     own_postgresql.halt()
     out, err = process.communicate(timeout=300)
@@ -140,7 +136,7 @@ def test_the_database_stopped_mid_trial_is_one_line_the_run_is_kept_and_a_rerun_
     assert len(kept) == 2
 
     own_postgresql.resume()
-    rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     trials = _trials_in(url)
     assert sorted(_states(trials)) == ["COMPLETE"] * 3 + ["FAIL"] and "RUNNING" not in _states(trials)
@@ -150,7 +146,7 @@ def test_the_database_stopped_mid_trial_is_one_line_the_run_is_kept_and_a_rerun_
 
     # the server away for less than the patience: the trial's bookkeeping waits, the study goes on
     argv = _argv(results, data_dir, 4, "--storage", url, "--storage-patience", "120")
-    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _when_a_trial_trains(process, results, 3)
     own_postgresql.halt()
     time.sleep(3)
@@ -173,7 +169,7 @@ def test_the_database_stopped_after_a_trials_first_checkpoint_is_said_kept_and_t
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 1, "--storage", url, "--storage-patience", "2", "--prune", "--set",
                  "save_steps=2", "--set", "eval_steps=4", "--set", "epochs=3")
-    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _when(process, lambda: any((run / CHECKPOINT / STATE).is_file() for run in (results / "runs").glob("*/")),
           "trial 0's first checkpoint")
     own_postgresql.halt()
@@ -192,7 +188,7 @@ def test_the_database_stopped_after_a_trials_first_checkpoint_is_said_kept_and_t
                            for line in log.read_text().splitlines()))
 
     own_postgresql.resume()
-    rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     kept_lines = [e["step"] for e in logged if "before the stop" in e]
@@ -204,7 +200,7 @@ def test_the_database_stopped_after_a_trials_first_checkpoint_is_said_kept_and_t
 
 
 def _at_once(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:
-    processes = [subprocess.Popen(_command(a), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    processes = [kit_process.popen(a, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for a in argvs]
     return [subprocess.CompletedProcess(p.args, p.wait(timeout=600), *p.communicate()) for p in processes]
 

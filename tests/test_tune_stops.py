@@ -16,7 +16,8 @@ import pytest
 from cse_kit import tune as tuning
 from cse_kit.tune import Study, StudyStopped, parse_space, trials
 
-from test_tune_faults import ENV, SPACE, _argv, _command, _configurations, _sqlite, _states, _when_a_trial_trains
+import kit_process
+from test_tune_faults import ENV, SPACE, _argv, _configurations, _sqlite, _states, _when_a_trial_trains
 from test_write_failures import fill, small_disk  # noqa: F401 (a fixture)
 
 
@@ -36,7 +37,7 @@ def _lines(err: str) -> list[str]:
 
 def _uninterrupted(data_dir, folder: Path, trials: int) -> list[dict]:
     results = folder / "uninterrupted"
-    done = subprocess.run(_command(_argv(results, data_dir, trials)), env=ENV, capture_output=True, text=True,
+    done = kit_process.run(_argv(results, data_dir, trials), env=ENV, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return _configurations(_trials_on_disk(_sqlite(results)))
@@ -58,7 +59,7 @@ def test_a_full_disk_under_the_store_stops_the_study_at_once_and_the_mended_reru
     argv = [*_argv(results, data_dir, 3), "--storage", storage]
     filler = fill(small_disk, 64 << 10)
     start = time.monotonic()
-    full = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    full = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert full.returncode == 2, full.stderr[-2000:]
     [line] = _lines(full.stderr)
     assert re.match(r"cse-kit: error: trial 0 failed: the disk is full \(cannot write .*No space left on device",
@@ -68,7 +69,7 @@ def test_a_full_disk_under_the_store_stops_the_study_at_once_and_the_mended_reru
     print(f"the full-disk study stopped after {time.monotonic() - start:.1f} s")
 
     filler.unlink()
-    rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     trials = _trials_on_disk(storage)
     assert sorted(_states(trials)) == ["COMPLETE"] * 3 + ["FAIL"] and _configurations(trials) == uninterrupted
@@ -81,11 +82,11 @@ def test_a_full_disk_under_the_study_file_is_said_as_a_full_disk_and_the_rerun_f
     trial left running; after space is freed the same command finishes the total with the uninterrupted study's
     configurations."""
     results = small_disk / "results"
-    first = subprocess.run(_command(_argv(results, data_dir, 1)), env=ENV, capture_output=True, text=True, timeout=600)
+    first = kit_process.run(_argv(results, data_dir, 1), env=ENV, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
     filler = fill(small_disk, 0)
     start = time.monotonic()
-    full = subprocess.run(_command([*_argv(results, data_dir, 3), "--storage-patience", "60"]), env=ENV,
+    full = kit_process.run([*_argv(results, data_dir, 3), "--storage-patience", "60"], env=ENV,
                           capture_output=True, text=True, timeout=600)
     assert full.returncode == 2 and time.monotonic() - start < 30, full.stderr[-2000:]  # not waited out for 60 s
     [line] = _lines(full.stderr)
@@ -93,7 +94,7 @@ def test_a_full_disk_under_the_study_file_is_said_as_a_full_disk_and_the_rerun_f
                     r"is full \(OperationalError: database or disk is full\): free space there", line), line
     filler.unlink()
     assert "RUNNING" not in _states(_trials_on_disk(_sqlite(results)))
-    rerun = subprocess.run(_command(_argv(results, data_dir, 3)), env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = kit_process.run(_argv(results, data_dir, 3), env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert _configurations(_trials_on_disk(_sqlite(results))) == uninterrupted
 
@@ -104,9 +105,9 @@ def test_a_study_is_one_preset_and_its_one_seed_test_prints_no_spread(data_dir, 
     the seed's score without "± nan"."""
     results = tmp_path / "results"
     simcse = [*_argv(results, data_dir, 1), "--study", "shared"]
-    assert subprocess.run(_command(simcse), env=ENV, capture_output=True, timeout=600).returncode == 0
+    assert kit_process.run(simcse, env=ENV, capture_output=True, timeout=600).returncode == 0
     other = [a.replace("simcse-bert", "diffcse-bert-sts") for a in simcse]
-    refused = subprocess.run(_command(other), env=ENV, capture_output=True, text=True, timeout=600)
+    refused = kit_process.run(other, env=ENV, capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2
     [line] = _lines(refused.stderr)
     assert line == ("cse-kit: error: study shared is a study of simcse-bert on smoke, stsb_spearman, no --set; this command "
@@ -115,7 +116,7 @@ def test_a_study_is_one_preset_and_its_one_seed_test_prints_no_spread(data_dir, 
                     "searched"), line
     wider = [*_argv(results, data_dir, 2), "--study", "shared", "--test-seeds", "1"]
     wider[wider.index(SPACE)] = "lr=log(1e-5,1e-3)"
-    tested = subprocess.run(_command(wider), env=ENV, capture_output=True, text=True, timeout=600)
+    tested = kit_process.run(wider, env=ENV, capture_output=True, text=True, timeout=600)
     assert tested.returncode == 0, tested.stderr[-2000:]
     assert re.search(r"^test \(STS avg, 1 seed \[1\]\): -?\d+\.\d\d$", tested.stdout, re.M), tested.stdout
     trials = _trials_on_disk(_sqlite(results))
@@ -175,7 +176,7 @@ def test_a_signal_stops_the_study_in_one_line_and_the_rerun_continues_it(stop, d
     finishes with the uninterrupted study's configurations."""
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 3)
-    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _when_a_trial_trains(process, results, 1)
     process.send_signal(stop)
     out, err = process.communicate(timeout=120)
@@ -184,7 +185,7 @@ def test_a_signal_stops_the_study_in_one_line_and_the_rerun_continues_it(stop, d
     assert line.endswith("Rerun the same command to continue the study: its finished trials are kept, and a trial "
                          "stopped midway runs first, its run resumed from its checkpoint."), line
     assert _states(_trials_on_disk(_sqlite(results))) == ["COMPLETE", "FAIL", "WAITING"]
-    rerun = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0 and "left running" not in rerun.stderr, rerun.stderr[-2000:]
     assert _configurations(_trials_on_disk(_sqlite(results))) == uninterrupted
 
@@ -199,7 +200,7 @@ def test_sigterm_to_a_workers_parent_stops_its_workers_and_a_killed_worker_is_na
     worker's trial, which the rerun takes up at once."""
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 6, "--workers", "2")
-    process = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(process.pid)
     _wait_for(lambda: len(_workers(parent)) == 2, what="two workers")
     killed, other = _workers(parent)
@@ -216,7 +217,7 @@ def test_sigterm_to_a_workers_parent_stops_its_workers_and_a_killed_worker_is_na
     running = [t for t in _trials_on_disk(_sqlite(results)) if t.state.name == "RUNNING"]
     assert len(running) <= 1  # the killed worker's, if it held one: its lock is free
 
-    rerun = subprocess.run(_command(_argv(results, data_dir, 6)), env=ENV, capture_output=True, text=True,
+    rerun = kit_process.run(_argv(results, data_dir, 6), env=ENV, capture_output=True, text=True,
                            timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "RUNNING" not in _states(_trials_on_disk(_sqlite(results)))
@@ -226,7 +227,7 @@ def test_sigterm_to_a_workers_parent_stops_its_workers_and_a_killed_worker_is_na
 def test_a_killed_worker_is_reported_killed_with_its_signal(data_dir, tmp_path):
     """`--workers 2`, one worker killed with kill -9: "1 of 2 workers stopped early (pid N killed by SIGKILL)"."""
     results = tmp_path / "results"
-    process = subprocess.Popen(_command(_argv(results, data_dir, 2, "--workers", "2")), env=ENV,
+    process = kit_process.popen(_argv(results, data_dir, 2, "--workers", "2"), env=ENV,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     parent = psutil.Process(process.pid)
     _wait_for(lambda: len(_workers(parent)) == 2, what="two workers")
@@ -243,11 +244,11 @@ def test_a_stopped_worker_holding_its_trial_lock_is_not_failed_by_the_heartbeat(
     well and the study holds its total, none failed."""
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 2, "--heartbeat", "1")
-    first = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _when_a_trial_trains(first, results, 1)
     first.send_signal(signal.SIGSTOP)
     try:
-        second = subprocess.Popen(_command(argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        second = kit_process.popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(4 * 1 + 6)  # past the grace period
         assert second.poll() is None
         assert _states(_trials_on_disk(_sqlite(results))) == ["COMPLETE", "RUNNING"]
@@ -266,7 +267,7 @@ def test_trials_that_fail_on_their_own_stop_the_worker_after_k_in_a_row(data_dir
     results = tmp_path / "results"
     argv = _argv(results, data_dir, 6, "--failures-in-a-row", "2", "--set", "lr=1e30")
     argv[argv.index(SPACE)] = "temp=(0.03,0.1)"
-    done = subprocess.run(_command(argv), env=ENV, capture_output=True, text=True, timeout=600)
+    done = kit_process.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stderr[-2000:]
     lines = _lines(done.stderr)
     assert [line.split(":")[0] for line in lines if "NonFiniteLoss" in line] == ["trial 0 failed", "trial 1 failed",

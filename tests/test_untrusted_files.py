@@ -5,11 +5,10 @@ model's Python code runs only when the user sets CSE_KIT_TRUST_REMOTE_CODE=1."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
+import kit_process
 from conftest import plant
 from cse_kit.models import TRUST_REMOTE_CODE, load_model, resolve_reference
 from cse_kit.results import Pretrained, ResultStore
@@ -25,10 +24,10 @@ def exported(data_dir, tmp_path_factory):
 
 
 def _eval(model, data_dir, **env):
-    return subprocess.run([sys.executable, "-m", "cse_kit.cli", "eval", "--model", str(model), "--tasks",
-                           "STSBenchmark", "--mode", "dev", "--pooler", "avg", "--data-dir", str(data_dir)],
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", **env},
-                          capture_output=True, text=True)
+    return kit_process.run(["eval", "--model", str(model), "--tasks",
+                            "STSBenchmark", "--mode", "dev", "--pooler", "avg", "--data-dir", str(data_dir)],
+                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", **env},
+                           capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("name", ["config.json", "cse_kit.json", "model.safetensors", "tokenizer.json",
@@ -62,9 +61,9 @@ def test_a_pickle_planted_as_a_results_record_never_runs_and_is_refused(data_dir
     planted = path.read_bytes()
     with pytest.raises(results.UnreadableRecord, match=f"result record {path} is not JSON"):
         store.get(subject, ("sts_dev",))
-    done = subprocess.run([sys.executable, "-m", "cse_kit.cli", "report", "--profile", "smoke", "--only",
-                           "figure2_cosine", "--results-dir", str(store.root), "--data-dir", str(data_dir), "--out",
-                           str(tmp_path / "page")], capture_output=True, text=True)
+    done = kit_process.run(["report", "--profile", "smoke", "--only",
+                            "figure2_cosine", "--results-dir", str(store.root), "--data-dir", str(data_dir), "--out",
+                            str(tmp_path / "page")], capture_output=True, text=True)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert f"result record {path} is not JSON" in done.stderr and "delete it" in done.stderr
     assert not marker.exists() and path.read_bytes() == planted and not (tmp_path / "page").exists()
