@@ -28,10 +28,12 @@ from pathlib import Path
 
 from conftest import cli_env
 
-#: imported once by the server: what every training, evaluation, report and study command imports, and this module
-#: (each child is handed `_command`)
-PRELOAD = ["cse_kit", "torch", "transformers.models.bert.modeling_bert", "accelerate", "cse_kit.cli",
-           "cse_kit.cli.train", "cse_kit.cli.eval", "cse_kit.train.loop", "optuna", "kit_process"]
+#: imported once by the server: what the training, evaluation, report and study commands import (a smoke run's
+#: data, its evaluation's statistics and its TensorBoard log included: 1.4 of the 2.6 s it took forked without them),
+#: and this module (each child is handed `_command`)
+PRELOAD = ["cse_kit", "torch", "transformers.models.bert.modeling_bert", "accelerate", "datasets", "scipy.stats",
+           "torch.utils.tensorboard", "optuna", "cse_kit.cli", "cse_kit.cli.train", "cse_kit.cli.eval",
+           "cse_kit.cli.tune", "cse_kit.cli.report", "cse_kit.cli.publish", "cse_kit.train.loop", "kit_process"]
 #: environment variables that may differ from the server's: the kit's and pytest's, read when the kit runs; those
 #: the tests' process gets from what it runs, read when they are used (torch's compiler cache folder, set by the
 #: first compile; the suite's SLURM cluster); and those libraries set for themselves when imported (scikit-learn and
