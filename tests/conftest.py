@@ -26,15 +26,18 @@ ARCHIVES = {
 
 
 #: The test files that take longest, slowest first (the sum of their tests' durations, `--durations=0`, measured on
-#: the 2-core AVX512-BF16 EPYC for issue 68; docs/install.md). pytest-xdist's loadfile distribution hands each worker
-#: the next file in collection order (`--no-loadscope-reorder` in pyproject.toml keeps it, instead of its own order by
-#: the number of tests), so the long files start first and the short ones fill in at the end, where a long one
-#: would leave the other worker idle. Other files follow in their usual order.
-SLOWEST_FILES = ("test_notebooks.py", "test_train.py", "test_extending.py", "test_slurm.py", "test_eval_real.py",
-                 "test_mini_profile.py", "test_diffaug.py", "test_grad_cache.py", "test_parallel.py",
-                 "test_publish.py", "test_tune.py", "test_equal_budget.py", "test_untrusted_files.py",
-                 "test_results.py", "test_checkpoint.py", "test_tracking.py", "test_mteb.py", "test_esimcse.py", "test_bench.py", "test_diffaug_modules.py",
-                 "test_readme.py", "test_models.py", "test_doctor.py", "test_progress.py", "test_stale.py")
+#: the 2-core AVX2-only EPYC, idle, at a78aa81; docs/install.md). pytest-xdist's loadfile distribution hands each
+#: worker the next file in collection order (`--no-loadscope-reorder` in pyproject.toml keeps it, instead of its own
+#: order by the number of tests), so the long files start first and the short ones fill in at the end, where a long
+#: one would leave the other worker idle: in that run's durations, this order ends the two workers' sums at 827 s
+#: each, the order before at 792 s and 861 s. Other files follow in their usual order.
+SLOWEST_FILES = ("test_notebooks.py", "test_slurm.py", "test_extending.py", "test_tune_stops.py", "test_train.py",
+                 "test_eval_real.py", "test_mini_profile.py", "test_tracking.py", "test_tune_faults.py",
+                 "test_parallel.py", "test_bench.py", "test_publish.py", "test_results.py", "test_diffaug.py",
+                 "test_step.py", "test_grad_cache.py", "test_esimcse.py", "test_mteb.py", "test_tune.py",
+                 "test_diffaug_modules.py", "test_identity.py", "test_progress.py", "test_equal_budget.py",
+                 "test_determinism.py", "test_readme.py", "test_stale.py", "test_models.py", "test_hub_kernels.py",
+                 "test_doctor.py", "test_eval_units.py")
 
 
 def pytest_collection_modifyitems(config, items):
