@@ -36,10 +36,14 @@ PRELOAD = ["cse_kit", "torch", "transformers.models.bert.modeling_bert", "accele
            "cse_kit.cli.tune", "cse_kit.cli.report", "cse_kit.cli.publish", "cse_kit.train.loop", "kit_process"]
 #: environment variables that may differ from the server's: the kit's and pytest's, read when the kit runs; those
 #: the tests' process gets from what it runs, read when they are used (torch's compiler cache folder, set by the
-#: first compile; the suite's SLURM cluster); and those libraries set for themselves when imported (scikit-learn and
-#: joblib for Intel's OpenMP, polars for its allocator), which a command importing them sets as well
-RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF", "KMP_DUPLICATE_LIB_OK",
-                     "KMP_INIT_AT_FORK", "_RJEM_MALLOC_CONF")
+#: first compile; the suite's SLURM cluster; W&B's service and MLflow's store, which the tracking tests' runs leave
+#: behind, read by libraries the server does not import); and those the kit and libraries set for themselves, which a
+#: command doing the same sets as well (the kit's DISABLE_SAFETENSORS_CONVERSION when it loads a model from the Hub,
+#: read by transformers as it loads; scikit-learn's and joblib's for Intel's OpenMP and polars' for its allocator,
+#: set when they are imported)
+RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF", "WANDB_", "MLFLOW_",
+                     "DISABLE_SAFETENSORS_CONVERSION", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
+                     "_RJEM_MALLOC_CONF")
 #: read by transformers when it is imported, and set in the child as that import would have set it
 TRANSFORMERS_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 
