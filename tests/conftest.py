@@ -137,7 +137,7 @@ def cli_env() -> dict:
 def kill_9_before_checkpoint(args: list[str], step: int) -> None:
     """Run `cse-kit *args` (a training run saving a checkpoint at `step`) and kill -9 it as that checkpoint is about
     to replace the one before (kit_process.kill_before_checkpoint)."""
-    import kit_process
+    import kit_process  # here, not at the top: kit_process imports this module
 
     done = kit_process.run(args, env=cli_env(), capture_output=True, text=True, timeout=600,
                            kill_before_checkpoint=step)

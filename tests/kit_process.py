@@ -8,7 +8,7 @@ a process of its own, with its own pid, session, signals, exit status and standa
 `cse_kit.cli.main` as `python -m cse_kit.cli` does, and exiting as Python exits (threads joined, `atexit` run,
 streams flushed; an uncaught Ctrl-C kills it with SIGINT). What a fork cannot give it, a real process gets instead:
 an environment that differs from the server's in a variable read when a library is imported (the server was
-started with `cli_env()`; only `CSE_KIT_*`, which the kit reads when it runs, and pytest's own may differ).
+started with `cli_env()`; only RUNTIME_VARIABLES may differ).
 The tests of what a command imports, and of the installed `cse-kit` script, start real processes."""
 
 from __future__ import annotations
@@ -47,10 +47,15 @@ RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CO
 #: read by transformers when it is imported, and set in the child as that import would have set it
 TRANSFORMERS_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 
+
+def _compared(name: str) -> bool:
+    """Whether a variable must be the server's for a command to be forked."""
+    return not name.startswith(RUNTIME_VARIABLES) and name != TRANSFORMERS_VERBOSITY
+
+
 #: the server's environment: the tests' command environment (conftest.cli_env) as it stands when the test modules
 #: are collected, before any test sets a variable of its own
-SERVER_ENVIRONMENT = {k: v for k, v in cli_env().items()
-                      if not k.startswith(RUNTIME_VARIABLES) and k != TRANSFORMERS_VERBOSITY}
+SERVER_ENVIRONMENT = {k: v for k, v in cli_env().items() if _compared(k)}
 _server_started = False
 _lock = threading.Lock()
 
@@ -59,7 +64,7 @@ def popen(args, env=None, cwd=None, stdin=None, stdout=None, stderr=None, text=F
           kill_before_checkpoint: int | None = None):
     """`subprocess.Popen([sys.executable, "-m", "cse_kit.cli", *args], ...)`, started from the server where the
     environment allows. `kill_before_checkpoint`: kill -9 the command as the checkpoint of that step is about to
-    replace the one before (`kill_before_checkpoint`)."""
+    replace the one before (the audit hook `kill_before_checkpoint` below)."""
     env = dict(os.environ if env is None else env)
     if not _forkable(env):
         return subprocess.Popen(_real_argv(args, kill_before_checkpoint), env=env, cwd=cwd, stdin=stdin,
@@ -81,7 +86,7 @@ def run(args, input=None, capture_output=False, timeout=None, check=False, **kwa
             process.kill()
             process.wait()
             raise
-    done = subprocess.CompletedProcess([sys.executable, "-m", "cse_kit.cli", *args], process.returncode, out, err)
+    done = subprocess.CompletedProcess(_real_argv(args, None), process.returncode, out, err)
     if check:
         done.check_returncode()
     return done
@@ -119,16 +124,14 @@ def main_killed_before_checkpoint():
     sys.exit(main(sys.argv[1:]))
 
 
-def _differs(env: dict, other: dict) -> set:
-    return {k for k in env.keys() ^ other.keys() | {k for k in env.keys() & other.keys() if env[k] != other[k]}
-            if not k.startswith(RUNTIME_VARIABLES) and k != TRANSFORMERS_VERBOSITY}
-
-
 def _forkable(env: dict) -> bool:
+    """Whether `env` is the server's in every compared variable; the server is started for the first that is."""
+    if {k: v for k, v in env.items() if _compared(k)} != SERVER_ENVIRONMENT:
+        return False
     with _lock:
         if not _server_started:
             _start_server()
-    return not _differs(env, SERVER_ENVIRONMENT)
+    return True
 
 
 def _start_server() -> None:
