@@ -25,6 +25,9 @@ ARCHIVES = {
 }
 
 
+KERNEL_SERVERS = pytest.StashKey[str]()
+
+
 #: The test files that take longest, slowest first (the sum of their tests' durations, `--durations=0`, measured on
 #: the 2-core AVX2-only EPYC, idle, at a78aa81; docs/install.md). pytest-xdist's loadfile distribution hands each
 #: worker the next file in collection order (`--no-loadscope-reorder` in pyproject.toml keeps it, instead of its own
@@ -38,6 +41,39 @@ SLOWEST_FILES = ("test_notebooks.py", "test_slurm.py", "test_extending.py", "tes
                  "test_diffaug_modules.py", "test_identity.py", "test_progress.py", "test_equal_budget.py",
                  "test_determinism.py", "test_readme.py", "test_stale.py", "test_models.py", "test_hub_kernels.py",
                  "test_doctor.py", "test_eval_units.py")
+
+
+def pytest_configure(config):
+    """In pytest's first process (before xdist's workers start, so that they and every process they start inherit it):
+    a `python3` kernelspec first on JUPYTER_PATH, whose kernels are forked from servers that imported the kit once
+    (tests/forked_kernel.py)."""
+    if hasattr(config, "workerinput"):
+        return
+    import json
+    import tempfile
+
+    from ipykernel.kernelspec import get_kernel_dict
+
+    import forked_kernel
+
+    servers = tempfile.mkdtemp(prefix="cse-kit-test-kernels-")
+    spec = Path(servers) / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps(forked_kernel.kernel_spec(servers, get_kernel_dict())))
+    config.stash[KERNEL_SERVERS] = servers
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [servers, os.environ.get("JUPYTER_PATH")]))
+
+
+def pytest_unconfigure(config):
+    """The kernel servers stopped, their folder removed."""
+    servers = config.stash.get(KERNEL_SERVERS, None)
+    if servers:
+        import shutil
+
+        import forked_kernel
+
+        forked_kernel.stop_servers(servers)
+        shutil.rmtree(servers, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

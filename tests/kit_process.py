@@ -8,12 +8,11 @@ a process of its own, with its own pid, session, signals, exit status and standa
 `cse_kit.cli.main` as `python -m cse_kit.cli` does, and exiting as Python exits (threads joined, `atexit` run,
 streams flushed; an uncaught Ctrl-C kills it with SIGINT). What a fork cannot give it, a real process gets instead:
 an environment that differs from the server's in a variable read when a library is imported (the server was
-started with `cli_env()`; only RUNTIME_VARIABLES may differ).
+started with `cli_env()`; only forking.RUNTIME_VARIABLES may differ).
 The tests of what a command imports, and of the installed `cse-kit` script, start real processes."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import multiprocessing
 import multiprocessing.forkserver
@@ -27,6 +26,7 @@ from multiprocessing import reduction
 from pathlib import Path
 
 from conftest import cli_env
+from forking import RUNTIME_VARIABLES, exit_as_python
 
 #: imported once by the server: what the training, evaluation, report and study commands import (a smoke run's
 #: data, its evaluation's statistics and its TensorBoard log included: 1.4 of the 2.6 s it took forked without them),
@@ -34,16 +34,6 @@ from conftest import cli_env
 PRELOAD = ["cse_kit", "torch", "transformers.models.bert.modeling_bert", "accelerate", "datasets", "scipy.stats",
            "torch.utils.tensorboard", "optuna", "cse_kit.cli", "cse_kit.cli.train", "cse_kit.cli.eval",
            "cse_kit.cli.tune", "cse_kit.cli.report", "cse_kit.cli.publish", "cse_kit.train.loop", "kit_process"]
-#: environment variables that may differ from the server's: the kit's and pytest's, read when the kit runs; those
-#: the tests' process gets from what it runs, read when they are used (torch's compiler cache folder, set by the
-#: first compile; the suite's SLURM cluster; W&B's service and MLflow's store, which the tracking tests' runs leave
-#: behind, read by libraries the server does not import); and those the kit and libraries set for themselves, which a
-#: command doing the same sets as well (the kit's DISABLE_SAFETENSORS_CONVERSION when it loads a model from the Hub,
-#: read by transformers as it loads; scikit-learn's and joblib's for Intel's OpenMP and polars' for its allocator,
-#: set when they are imported)
-RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF", "WANDB_", "MLFLOW_",
-                     "DISABLE_SAFETENSORS_CONVERSION", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
-                     "_RJEM_MALLOC_CONF")
 #: read by transformers when it is imported, and set in the child as that import would have set it
 TRANSFORMERS_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 
@@ -291,22 +281,4 @@ def _command(args, env, cwd, fds, start_new_session, kill_before_step):
         interrupted = True
     except BaseException:  # noqa: BLE001  Python prints it and exits 1
         traceback.print_exc()
-    _exit_as_python(code, interrupted)
-
-
-def _exit_as_python(code, interrupted: bool):
-    """End the child as the interpreter ends: threads joined, `atexit` run, streams flushed, then the exit status
-    (SIGINT after an uncaught Ctrl-C; a message for a non-integer code)."""
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    if interrupted:  # an uncaught Ctrl-C: Python exits by SIGINT
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    os._exit(code)
+    exit_as_python(code, interrupted)

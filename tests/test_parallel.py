@@ -18,6 +18,7 @@ from cse_kit.results import parallel
 from cse_kit.results import Pretrained, ResultStore
 from cse_kit.train.presets import build_config
 
+import forked_kernel
 import kit_process
 
 
@@ -192,14 +193,15 @@ def test_a_local_worker_sent_sigterm_checkpoints_requeues_and_its_run_resumes_bi
 def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data_dir, tmp_path):
     """SIGTERM to `cse-kit report --workers 2`, or Ctrl-C (SIGINT to the terminal's process group; the kernels are in
     sessions of their own), while its workers train: no process it started outlives it, and it says so in one line.
-    With two notebooks they run in a pool of worker processes, with one in the report's own process."""
+    With two notebooks they run in a pool of worker processes, with one in the report's own process. Its kernels are
+    real processes (the tree it checks is the report's descendants, the workers its kernels start among them)."""
     results = tmp_path / "results"
     notebooks = ["figure2_cosine", "table12_14_hparams"] if how == "SIGTERM" else ["figure2_cosine"]
     report = kit_process.popen(["report", "--profile", "smoke", "--only",
                                 *notebooks, "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
                                 str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               env={**os.environ, "TQDM_DISABLE": "1"})
+                               env={**os.environ, "TQDM_DISABLE": "1", forked_kernel.REAL: "1"})
     deadline = time.monotonic() + 300
     while not list(results.glob("runs/*/log.jsonl")) and time.monotonic() < deadline and report.poll() is None:
         time.sleep(0.1)

@@ -1,0 +1,231 @@
+"""Jupyter kernels for the tests, forked from a server that has already imported ipykernel and the kit.
+
+A smoke notebook's kernel spends most of its CPU importing torch, pandas, the kit and ipykernel (about 5 of its 7
+CPU-seconds, AMD EPYC with AVX2 only, 2 cores), and the tests run about thirty. conftest writes a `python3`
+kernelspec into a folder of its own on JUPYTER_PATH, so that every kernel the tests start (papermill in the tests'
+process, the report's commands and workers, JupyterLab) runs this file:
+
+    python tests/forked_kernel.py <servers folder> -f <connection file> [ipykernel's arguments]
+
+That process is the kernel jupyter_client knows: it asks the server for its environment to fork a kernel, hands it
+its standard streams, passes on every signal it receives, exits as the kernel exits (killed by the same signal),
+and when it is killed (SIGKILL: jupyter_client's last resort) the server kills the kernel. Like ipykernel's own
+parent poller, it stops the kernel when the process that started it is gone. The kernel runs `ipykernel_launcher`
+as `python -m ipykernel_launcher` does, in the caller's folder, with its environment, in a session of its own.
+
+A server is started (detached) the first time an environment asks for one, and that kernel starts as a real
+`python -m ipykernel_launcher` (exec'd: the same pid); so does every kernel whose server is not yet listening. An
+environment is the server's when every variable but RUNTIME_VARIABLES is the same: the rest may be read when a
+library is imported (TQDM_DISABLE by tqdm, OMP_NUM_THREADS by torch). conftest stops the servers at the end.
+
+This file imports only the standard library until it serves: the process jupyter_client starts costs what a
+`python -c pass` costs."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+from forking import RUNTIME_VARIABLES, exit_as_python
+
+#: imported once by the server, the kit first (its OpenMP settings precede torch's import): what a table notebook's
+#: first cell and ipykernel import; not matplotlib, whose backend ipykernel chooses as the kernel starts (MPLBACKEND)
+PRELOAD = ("cse_kit", "cse_kit.experiments", "torch", "pandas", "scipy.stats", "ipykernel.kernelapp",
+           "ipykernel.ipkernel", "ipykernel.zmqshell")
+#: the signals a kernel process receives from jupyter_client, a terminal or a test, passed on to the forked kernel
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STREAMS = 3  # stdin, stdout, stderr
+#: set to 1, the kernel is a real process: for a test of the process tree under the one that started it (a forked
+#: kernel, and what it starts, are the server's descendants)
+REAL = "CSE_KIT_TEST_REAL_KERNEL"
+
+
+def signature(env: dict) -> str:
+    """The name of the server for `env`: a digest of its variables that must be the server's."""
+    compared = sorted((k, v) for k, v in env.items() if not k.startswith(RUNTIME_VARIABLES))
+    return hashlib.sha256(json.dumps(compared).encode()).hexdigest()[:16]
+
+
+def kernel_spec(servers: str, native: dict) -> dict:
+    """The `python3` kernelspec whose kernels are forked: ipykernel's own (`native`), this file as its command."""
+    return {**native, "argv": [sys.executable, os.path.abspath(__file__), servers, *native["argv"][3:]]}
+
+
+def stop_servers(servers: str) -> None:
+    """SIGTERM to every server started for `servers` (their pid files)."""
+    for pid_file in os.scandir(servers):
+        if pid_file.name.endswith(".pid"):
+            with contextlib.suppress(OSError, ValueError), open(pid_file.path) as pid:
+                os.kill(int(pid.read()), signal.SIGTERM)
+
+
+# --- the process jupyter_client starts -------------------------------------------------------------------------------
+
+def client(servers: str, args: list[str]) -> None:
+    env = dict(os.environ)
+    if env.get(REAL) == "1":
+        _real_kernel(args)
+    name = signature(env)
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(os.path.join(servers, f"{name}.sock"))
+    except OSError:
+        connection.close()
+        _start_server(servers, name)
+        _real_kernel(args)
+    request = json.dumps({"args": args, "cwd": os.getcwd(), "env": env}).encode()
+    socket.send_fds(connection, [struct.pack("!I", len(request))], list(range(STREAMS)))
+    connection.sendall(request)
+    replies = connection.makefile("rb")
+    kernel = int(replies.readline())
+    for sig in FORWARDED:
+        signal.signal(sig, lambda number, frame: _signal(kernel, number))
+    parent = os.getppid()
+    while not select.select([connection], [], [], 1.0)[0]:
+        if os.getppid() != parent:  # as ipykernel's parent poller: the process that started it is gone
+            _signal(kernel, signal.SIGKILL)
+            os._exit(1)
+    status = replies.readline()
+    code = os.waitstatus_to_exitcode(int(status)) if status else -signal.SIGKILL
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+def _real_kernel(args: list[str]) -> None:
+    os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args])
+
+
+def _signal(kernel: int, number: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(kernel, number)  # the kernel's process group, as jupyter_client signals a kernel's
+
+
+def _start_server(servers: str, name: str) -> None:
+    """Start the server for this environment, detached, unless another kernel already did."""
+    try:
+        os.close(os.open(os.path.join(servers, f"{name}.started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    if os.fork() == 0:  # a grandchild, so that nothing waits for it; its streams are not the kernel's
+        os.setsid()
+        if os.fork() == 0:
+            os.dup2(os.open(os.devnull, os.O_RDWR), 0)
+            log = os.open(os.path.join(servers, f"{name}.log"), os.O_CREAT | os.O_WRONLY | os.O_APPEND)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), "--serve", servers, name])
+        os._exit(0)
+    os.wait()
+
+
+# --- the server ------------------------------------------------------------------------------------------------------
+
+def serve(servers: str, name: str) -> None:
+    import importlib
+    import selectors
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = os.path.join(servers, f"{name}.sock")
+    listener.bind(f"{path}.{os.getpid()}")
+    listener.listen(16)
+    os.replace(f"{path}.{os.getpid()}", path)  # clients connect once it listens
+    with open(os.path.join(servers, f"{name}.pid"), "w") as pid_file:
+        pid_file.write(str(os.getpid()))
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    events = selectors.DefaultSelector()
+    events.register(listener, selectors.EVENT_READ)
+    while os.path.isdir(servers):  # conftest removes the folder once it has stopped the servers
+        for key, _ in events.select(timeout=60):
+            if key.fileobj is listener:
+                _fork_kernel(listener, events)
+            elif key.data[0] == "exited":  # the kernel ended: its status to its client, if it is still there
+                _, kernel, connection = key.data
+                events.unregister(key.fileobj)
+                os.close(key.fd)
+                _, status = os.waitpid(kernel, 0)
+                if connection.fileno() >= 0:
+                    events.unregister(connection)
+                    with contextlib.suppress(OSError):
+                        connection.sendall(f"{status}\n".encode())
+                    connection.close()
+            elif key.fileobj.fileno() >= 0:  # the client closed its end first: it was killed, and so is the kernel
+                events.unregister(key.fileobj)
+                key.fileobj.close()
+                _signal(key.data[1], signal.SIGKILL)
+
+
+def _fork_kernel(listener, events) -> None:
+    import selectors
+
+    connection, _ = listener.accept()
+    header, streams, _, _ = socket.recv_fds(connection, 4, STREAMS)
+    size = struct.unpack("!I", header)[0]
+    request = b""
+    while len(request) < size:
+        request += connection.recv(size - len(request))
+    request = json.loads(request)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    kernel = os.fork()
+    if kernel == 0:  # the other kernels' connections and pidfds closed, or the server would miss their clients' end
+        for key in list(events.get_map().values()):
+            os.close(key.fd)
+        connection.close()
+        _kernel(request, streams)
+    for fd in streams:
+        os.close(fd)
+    connection.sendall(f"{kernel}\n".encode())
+    events.register(os.pidfd_open(kernel), selectors.EVENT_READ, ("exited", kernel, connection))
+    events.register(connection, selectors.EVENT_READ, ("client", kernel))
+
+
+def _kernel(request: dict, streams: list[int]) -> None:
+    """The forked kernel: `python -m ipykernel_launcher *args` in the client's folder and environment."""
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's own handler
+    for target, fd in enumerate(streams):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  the process's own, for its life
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[0] = request["cwd"]  # as `python -m` puts the current folder first
+    from ipykernel import kernelapp
+
+    sys.argv = [os.path.join(os.path.dirname(os.path.dirname(kernelapp.__file__)), "ipykernel_launcher.py"),
+                *request["args"]]
+    code, interrupted = 1, False
+    try:
+        kernelapp.launch_new_instance()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    except KeyboardInterrupt:
+        import traceback
+
+        traceback.print_exc()
+        interrupted = True
+    except BaseException:  # noqa: BLE001  Python prints it and exits 1
+        import traceback
+
+        traceback.print_exc()
+    exit_as_python(code, interrupted)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        serve(*sys.argv[2:4])
+    else:
+        client(sys.argv[1], sys.argv[2:])

@@ -1,0 +1,40 @@
+"""What a child forked from a server that has already imported the kit shares with the tests' two such servers,
+for `cse-kit` commands (tests/kit_process.py) and Jupyter kernels (tests/forked_kernel.py): which environment
+variables may differ from the server's, and how the child ends. The standard library only: a kernel's launch imports
+this."""
+
+import atexit
+import os
+import signal
+import sys
+import threading
+
+#: environment variables a child's may have other than the server's: read when they are used, not when a module is
+#: imported. The kit's and pytest's; jupyter_client's, jupyter_server's and the debugger's for a kernel
+#: (JPY_PARENT_PID, read by ipykernel as it starts); those the tests' process gets from what it runs (torch's
+#: compiler cache folder, set by the first compile; the suite's SLURM cluster; W&B's service and MLflow's store, which
+#: the tracking tests' runs leave behind, read by libraries the servers do not import); and those the kit and
+#: libraries set for themselves, which a child doing the same sets as well (the kit's DISABLE_SAFETENSORS_CONVERSION
+#: when it loads a model from the Hub, read by transformers as it loads; scikit-learn's and joblib's for Intel's
+#: OpenMP and polars' for its allocator, set when they are imported)
+RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "JPY_", "KERNEL_", "PYDEVD_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF",
+                     "WANDB_", "MLFLOW_", "DISABLE_SAFETENSORS_CONVERSION", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
+                     "_RJEM_MALLOC_CONF")
+
+
+def exit_as_python(code, interrupted: bool):
+    """End a forked child as the interpreter ends: threads joined, `atexit` run, streams flushed, then the exit status
+    (SIGINT after an uncaught Ctrl-C; a message for a non-integer code)."""
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    if interrupted:  # an uncaught Ctrl-C: Python exits by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    os._exit(code)
