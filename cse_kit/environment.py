@@ -198,6 +198,22 @@ def source_digest(parts=(".",), leave_out=()) -> str:
     return digest.hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def variables_set(values: dict[str, str]):
+    """`values` in os.environ for the block (and the processes it starts), then each variable as it was: removed
+    where it was not set."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def threads_per_worker(workers: int) -> int:
     """torch threads for each of `workers` processes sharing this machine's cores: with more threads than cores, an
     element-wise kernel waits for the scheduler to run its last thread (a bf16 cast of one activation 8 ms beside

@@ -3,6 +3,7 @@
 import contextlib
 import http.server
 import json
+import os
 import re
 import shutil
 import socketserver
@@ -521,6 +522,22 @@ def test_the_report_runner_refuses_a_parameter_the_notebook_does_not_take(tmp_pa
     with pytest.raises(ValueError, match=r"table8_lambda has no parameter\(s\) \['lamda'\]"):
         report.execute("table8_lambda", {"lamda": 0.1}, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_the_reports_kernel_variables_are_its_kernels_not_its_callers_for_good(tmp_path, monkeypatch):
+    """The report sets its kernels' variables (cse_kit.report.notebooks.KERNEL_ENV) for the kernel it starts; the
+    process that called it (a notebook, a test) has its own environment back after (it once kept them for good)."""
+    from cse_kit.report import notebooks
+
+    monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", tmp_path)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nprint(os.environ.get('TQDM_DISABLE'))")]), tmp_path / "probe.ipynb")
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    before = dict(os.environ)
+    ran = report.execute("probe", {}, tmp_path / "executed")
+    assert ran["status"] == "ok", ran["error"]
+    assert nbformat.read(ran["path"], 4).cells[0].outputs[0]["text"] == "1\n"
+    assert dict(os.environ) == before
 
 
 def test_report_table_mimetype_is_not_rendered(tmp_path, data_dir, results_dir):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from traitlets.config import Config
 
-from ..environment import source_digest
+from ..environment import source_digest, variables_set
 from ..experiments import TABLE_MIMETYPE
 from ..methods.registry import plugins_digest
 from ..papers import all_notebooks
@@ -101,13 +100,13 @@ def execute(name: str, params: dict, executed_dir: Path, force: bool = False, lo
     executed_dir.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".running.ipynb")
     start = time.perf_counter()
-    os.environ.update(KERNEL_ENV)
     error = ""
     kernel = kernel_config()
     try:
-        papermill.execute_notebook(str(source), str(tmp), parameters=params, cwd=str(NOTEBOOK_DIR),
-                                   kernel_name="python3", progress_bar=False, config=kernel,
-                                   stderr_file=_ProgressLines(name, log) if log else None)
+        with variables_set(KERNEL_ENV):  # the kernel's, not the caller's for good
+            papermill.execute_notebook(str(source), str(tmp), parameters=params, cwd=str(NOTEBOOK_DIR),
+                                       kernel_name="python3", progress_bar=False, config=kernel,
+                                       stderr_file=_ProgressLines(name, log) if log else None)
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
     finally:

@@ -272,18 +272,16 @@ def _no_progress_bars():
     """The timing runs' tokenizing and evaluation bars off (the measurement prints one line per figure)."""
     import datasets
 
-    was_off, before = datasets.are_progress_bars_disabled(), os.environ.get("TQDM_DISABLE")
+    from ..environment import variables_set
+
+    was_off = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
-    os.environ["TQDM_DISABLE"] = "1"
     try:
-        yield
+        with variables_set({"TQDM_DISABLE": "1"}):
+            yield
     finally:
         if not was_off:
             datasets.enable_progress_bars()
-        if before is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = before
 
 
 def measure(profile: str, representatives: dict, evaluations: list[str], data_dir=None, results_dir=None,
