@@ -86,10 +86,12 @@ def test_a_kernel_killed_by_a_signal_ends_its_launch_by_that_signal(tmp_path):
     manager.cleanup_resources()
 
 
-@pytest.mark.parametrize("differs", ["TQDM_DISABLE", forked_kernel.REAL])
+@pytest.mark.parametrize("differs", ["ANOTHER_ENVIRONMENT", forked_kernel.REAL])
 def test_a_kernel_of_another_environment_or_asked_real_is_a_real_process(differs, tmp_path):
-    """TQDM_DISABLE is read as tqdm is imported, before the server forks; the other variable asks for a real one."""
-    manager, client = started(tmp_path, {**os.environ, differs: "" if os.environ.get(differs) else "1"})
+    """An environment no server was started for (one with TQDM_DISABLE set or not, read as tqdm is imported, before
+    a server forks, is another; this one is the test's own), or one that asks for a real kernel."""
+    value = "1" if differs == forked_kernel.REAL else str(tmp_path)
+    manager, client = started(tmp_path, {**os.environ, differs: value})
     try:
         _, printed = output(client, PROBE)
         assert json.loads(printed)[0] == manager.provisioner.process.pid
