@@ -33,7 +33,7 @@ import socket
 import struct
 import sys
 
-from forking import RUNTIME_VARIABLES, exit_as_python
+from forking import RUNTIME_VARIABLES, run_as_python, take_over
 
 #: imported once by the server, the kit first (its OpenMP settings precede torch's import): what a table notebook's
 #: first cell and ipykernel import; not matplotlib, whose backend ipykernel chooses as the kernel starts (MPLBACKEND)
@@ -194,34 +194,13 @@ def _kernel(request: dict, streams: list[int]) -> None:
     """The forked kernel: `python -m ipykernel_launcher *args` in the client's folder and environment."""
     os.setsid()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's own handler
-    for target, fd in enumerate(streams):
-        os.dup2(fd, target)
-        os.close(fd)
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  the process's own, for its life
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
+    take_over(streams, request["cwd"], request["env"])
     sys.path[0] = request["cwd"]  # as `python -m` puts the current folder first
     from ipykernel import kernelapp
 
     sys.argv = [os.path.join(os.path.dirname(os.path.dirname(kernelapp.__file__)), "ipykernel_launcher.py"),
                 *request["args"]]
-    code, interrupted = 1, False
-    try:
-        kernelapp.launch_new_instance()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    except KeyboardInterrupt:
-        import traceback
-
-        traceback.print_exc()
-        interrupted = True
-    except BaseException:  # noqa: BLE001  Python prints it and exits 1
-        import traceback
-
-        traceback.print_exc()
-    exit_as_python(code, interrupted)
+    run_as_python(kernelapp.launch_new_instance)
 
 
 if __name__ == "__main__":

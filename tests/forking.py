@@ -1,6 +1,7 @@
 """What a child forked from a server that has already imported the kit shares with the tests' two such servers,
 for `cse-kit` commands (tests/kit_process.py) and Jupyter kernels (tests/forked_kernel.py): which environment
-variables may differ from the server's, and how the child ends. The standard library only: a kernel's launch imports
+variables may differ from the server's, and how the child takes over its caller's streams, folder and environment,
+runs and ends. The standard library only: a kernel's launch imports
 this."""
 
 import atexit
@@ -8,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 
 #: environment variables a child's may have other than the server's: read when they are used, not when a module is
 #: imported. The kit's and pytest's; jupyter_client's, jupyter_server's and the debugger's for a kernel
@@ -20,6 +22,35 @@ import threading
 RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "JPY_", "KERNEL_", "PYDEVD_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF",
                      "WANDB_", "MLFLOW_", "DISABLE_SAFETENSORS_CONVERSION", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
                      "_RJEM_MALLOC_CONF")
+
+
+def take_over(streams, cwd: str, env: dict) -> None:
+    """Give a forked child the standard streams (a file descriptor each, None keeps the server's), the folder and the
+    environment of the process it stands for."""
+    for target, fd in enumerate(streams):
+        if fd is not None:
+            os.dup2(fd, target)
+            os.close(fd)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  the process's own, for its life
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def run_as_python(main) -> None:
+    """Run `main()` as the interpreter runs a program, then end the child (exit_as_python): its return value or
+    SystemExit's code is the exit status; an uncaught exception is printed and exits 1 (Ctrl-C: by SIGINT)."""
+    code, interrupted = 1, False
+    try:
+        code = main()
+    except SystemExit as exit_:
+        code = exit_.code
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        interrupted = True
+    except BaseException:  # noqa: BLE001  Python prints it and exits 1
+        traceback.print_exc()
+    exit_as_python(code, interrupted)
 
 
 def exit_as_python(code, interrupted: bool):

@@ -21,12 +21,11 @@ import signal
 import subprocess
 import sys
 import threading
-import traceback
 from multiprocessing import reduction
 from pathlib import Path
 
 from conftest import cli_env
-from forking import RUNTIME_VARIABLES, exit_as_python
+from forking import RUNTIME_VARIABLES, run_as_python, take_over
 
 #: imported once by the server: what the training, evaluation, report and study commands import (a smoke run's
 #: data, its evaluation's statistics and its TensorBoard log included: 1.4 of the 2.6 s it took forked without them),
@@ -254,15 +253,8 @@ def _command(args, env, cwd, fds, start_new_session, kill_before_step):
     if start_new_session:
         os.setsid()
     *streams, started = fds
-    for target, fd in enumerate(streams):
-        if fd is not None:
-            os.dup2(fd, target)
-            os.close(fd)
+    take_over(streams, cwd, env)
     os.close(started)
-    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  the process's own, for its life
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
     from transformers.utils import logging
 
     logging.set_verbosity(logging.log_levels.get(env.get(TRANSFORMERS_VERBOSITY, ""), logging.WARNING))
@@ -271,14 +263,4 @@ def _command(args, env, cwd, fds, start_new_session, kill_before_step):
     sys.argv = [os.path.join(os.path.dirname(sys.modules["cse_kit.cli"].__file__), "__main__.py"), *args]
     if kill_before_step is not None:
         sys.addaudithook(kill_before_checkpoint(kill_before_step))
-    code, interrupted = 1, False
-    try:
-        code = main(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        interrupted = True
-    except BaseException:  # noqa: BLE001  Python prints it and exits 1
-        traceback.print_exc()
-    exit_as_python(code, interrupted)
+    run_as_python(lambda: main(args))
