@@ -33,12 +33,12 @@ import socket
 import struct
 import sys
 
-from forking import RUNTIME_VARIABLES, run_as_python, take_over
+from forking import RUNTIME_VARIABLES, TRAINING_IMPORTS, run_as_python, take_over
 
-#: imported once by the server, the kit first (its OpenMP settings precede torch's import): what a table notebook's
-#: first cell and ipykernel import; not matplotlib, whose backend ipykernel chooses as the kernel starts (MPLBACKEND)
-PRELOAD = ("cse_kit", "cse_kit.experiments", "torch", "pandas", "scipy.stats", "ipykernel.kernelapp",
-           "ipykernel.ipkernel", "ipykernel.zmqshell")
+#: imported once by the server: what a table notebook's first cell and ipykernel import, and what its runs' training
+#: does; not matplotlib, whose backend ipykernel chooses as the kernel starts (MPLBACKEND)
+PRELOAD = (*TRAINING_IMPORTS, "cse_kit.experiments", "pandas", "ipykernel.kernelapp", "ipykernel.ipkernel",
+           "ipykernel.zmqshell")
 #: the signals a kernel process receives from jupyter_client, a terminal or a test, passed on to the forked kernel
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 STREAMS = 3  # stdin, stdout, stderr

@@ -25,14 +25,13 @@ from multiprocessing import reduction
 from pathlib import Path
 
 from conftest import cli_env
-from forking import RUNTIME_VARIABLES, run_as_python, take_over
+from forking import RUNTIME_VARIABLES, TRAINING_IMPORTS, run_as_python, take_over
 
 #: imported once by the server: what the training, evaluation, report and study commands import (a smoke run's
 #: data, its evaluation's statistics and its TensorBoard log included: 1.4 of the 2.6 s it took forked without them),
 #: and this module (each child is handed `_command`)
-PRELOAD = ["cse_kit", "torch", "transformers.models.bert.modeling_bert", "accelerate", "datasets", "scipy.stats",
-           "torch.utils.tensorboard", "optuna", "cse_kit.cli", "cse_kit.cli.train", "cse_kit.cli.eval",
-           "cse_kit.cli.tune", "cse_kit.cli.report", "cse_kit.cli.publish", "cse_kit.train.loop", "kit_process"]
+PRELOAD = [*TRAINING_IMPORTS, "optuna", "cse_kit.cli", "cse_kit.cli.train", "cse_kit.cli.eval", "cse_kit.cli.tune",
+           "cse_kit.cli.report", "cse_kit.cli.publish", "kit_process"]
 #: read by transformers when it is imported, and set in the child as that import would have set it
 TRANSFORMERS_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 

@@ -365,6 +365,22 @@ if "transformers" in sys.modules:
     assert again.stdout.split()[-1] == "False", again.stdout
 
 
+def test_setup_quiets_the_hubs_progress_bars_when_the_hub_is_imported_already(data_dir, tmp_path, monkeypatch):
+    """A kernel whose first cell imported transformers (and so the Hub) before the kit's setup: the variable would
+    come too late, so setup turns the Hub's bars off itself; a user's HF_HUB_DISABLE_PROGRESS_BARS=0 stands."""
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+
+    from cse_kit import experiments as ex
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    enable_progress_bars()
+    try:
+        ex.setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
+        assert are_progress_bars_disabled()
+    finally:
+        enable_progress_bars()
+
+
 def test_a_record_made_before_the_sts_test_was_sampled_is_recomputed_never_shown(data_dir, tmp_path, monkeypatch,
                                                                                  counted):
     """A smoke store of the release before samples: its records' keys held no sample size, their STS test numbers

@@ -15,9 +15,10 @@ from .profiles import PROFILE_NOTES, chosen_profile
 
 
 def _quiet() -> None:
-    """Checkpoint load reports and save progress bars of every run would drown the notebook's own output. Through
-    the variables transformers reads when first imported, unless it already is (a cell run again): a notebook whose
-    runs are all finished never imports it, 3 to 5 CPU-seconds of every such kernel of a report."""
+    """Checkpoint load reports and save and download progress bars of every run would drown the notebook's own
+    output. Through the variables transformers and the Hub read when first imported, unless they already are (a cell
+    run again, a first cell that imported them): a notebook whose runs are all finished never imports transformers,
+    3 to 5 CPU-seconds of every such kernel of a report."""
     import logging
 
     if "transformers" in sys.modules:
@@ -27,7 +28,12 @@ def _quiet() -> None:
         transformers.logging.disable_progress_bar()
     else:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' bars and the Hub's, as above
+    if "huggingface_hub" not in sys.modules:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    elif "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:  # the user's own setting stands, as with setdefault
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
     logging.getLogger("accelerate").setLevel(logging.ERROR)
 
 
