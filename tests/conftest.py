@@ -46,7 +46,7 @@ SLOWEST_FILES = ("test_notebooks.py", "test_slurm.py", "test_extending.py", "tes
 def pytest_configure(config):
     """In pytest's first process (before xdist's workers start, so that they and every process they start inherit it):
     a `python3` kernelspec first on JUPYTER_PATH, whose kernels are forked from servers that imported the kit once
-    (tests/forked_kernel.py)."""
+    (tests/forked_python.py)."""
     if hasattr(config, "workerinput"):
         return
     import json
@@ -54,12 +54,12 @@ def pytest_configure(config):
 
     from ipykernel.kernelspec import get_kernel_dict
 
-    import forked_kernel
+    import forked_python
 
-    servers = tempfile.mkdtemp(prefix="cse-kit-test-kernels-")
+    servers = tempfile.mkdtemp(prefix=forked_python.PREFIX)
     spec = Path(servers) / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps(forked_kernel.kernel_spec(servers, get_kernel_dict())))
+    (spec / "kernel.json").write_text(json.dumps(forked_python.kernel_spec(servers, get_kernel_dict())))
     config.stash[KERNEL_SERVERS] = servers
     os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [servers, os.environ.get("JUPYTER_PATH")]))
 
@@ -70,9 +70,9 @@ def pytest_unconfigure(config):
     if servers:
         import shutil
 
-        import forked_kernel
+        import forked_python
 
-        forked_kernel.stop_servers(servers)
+        forked_python.stop_servers(servers)
         shutil.rmtree(servers, ignore_errors=True)
 
 

@@ -1,8 +1,7 @@
 """What a child forked from a server that has already imported the kit shares with the tests' two such servers,
-for `cse-kit` commands (tests/kit_process.py) and Jupyter kernels (tests/forked_kernel.py): which environment
-variables may differ from the server's, and how the child takes over its caller's streams, folder and environment,
-runs and ends. The standard library only: a kernel's launch imports
-this."""
+for `cse-kit` commands (tests/kit_process.py) and Jupyter kernels and other programs (tests/forked_python.py):
+which environment variables may differ from the server's, and how the child takes over its caller's streams, folder
+and environment, runs and ends. The standard library only: a kernel's launch imports this."""
 
 import atexit
 import os
@@ -22,6 +21,14 @@ import traceback
 RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "JPY_", "KERNEL_", "PYDEVD_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF",
                      "WANDB_", "MLFLOW_", "DISABLE_SAFETENSORS_CONVERSION", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
                      "_RJEM_MALLOC_CONF")
+#: what a shell sets for every program it starts, and PATH, read as a program is looked up: a child's may differ too
+SHELL_VARIABLES = frozenset({"PATH", "PWD", "OLDPWD", "SHLVL", "_"})
+
+
+def compared(name: str) -> bool:
+    """Whether a variable must be the server's for a child to be forked (read as a module is imported)."""
+    return not name.startswith(RUNTIME_VARIABLES) and name not in SHELL_VARIABLES
+
 
 #: what a smoke run's training and evaluation import, the kit first (its OpenMP settings precede torch's import): both
 #: servers import them once, so that no forked child pays for them (3.3 of the 5.7 CPU-seconds a report's kernel

@@ -25,7 +25,7 @@ from multiprocessing import reduction
 from pathlib import Path
 
 from conftest import cli_env
-from forking import RUNTIME_VARIABLES, TRAINING_IMPORTS, run_as_python, take_over
+from forking import TRAINING_IMPORTS, compared, run_as_python, take_over
 
 #: imported once by the server: what the training, evaluation, report and study commands import (a smoke run's
 #: data, its evaluation's statistics and its TensorBoard log included: 1.4 of the 2.6 s it took forked without them),
@@ -38,7 +38,7 @@ TRANSFORMERS_VERBOSITY = "TRANSFORMERS_VERBOSITY"
 
 def _compared(name: str) -> bool:
     """Whether a variable must be the server's for a command to be forked."""
-    return not name.startswith(RUNTIME_VARIABLES) and name != TRANSFORMERS_VERBOSITY
+    return compared(name) and name != TRANSFORMERS_VERBOSITY
 
 
 #: the server's environment: the tests' command environment (conftest.cli_env) as it stands when the test modules

@@ -24,13 +24,15 @@ sys.path.insert(0, str(BENCH))
 import paper_speed  # noqa: E402
 import speed_report  # noqa: E402
 
+import forked_python
+
 ALL_METHODS = ("simcse", "diffcse", "scd", "esimcse", "diffaug", "promptbert", "consert")
 
 
 def run_bench(script: str, *args: str, data_dir) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, str(BENCH / script), *args, "--data-dir", str(data_dir)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run([*forked_python.command(), str(BENCH / script), *args, "--data-dir", str(data_dir)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return done.stdout
 

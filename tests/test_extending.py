@@ -26,6 +26,8 @@ from cse_kit.results import ResultStore, record_key
 from cse_kit.train.config import TrainConfig
 from cse_kit.train.presets import build_config
 
+import forked_python
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "margin_simcse.py"
 
@@ -346,9 +348,11 @@ def test_a_dev_set_of_ones_own_selects_the_checkpoint_and_joins_the_key(tmp_path
 BLOCK = re.compile(r"^```(\w+)(?: (\S+))?\n(.*?)^```", re.S | re.M)
 
 
-def test_the_docs_code_blocks_run_verbatim(tmp_path, data_dir):
+def test_the_docs_code_blocks_run_verbatim(tmp_path, tmp_path_factory, data_dir):
     """Every block of docs/extending.md as written, in a fresh folder: the files it names are written, the entry
-    point table names the module, and each command runs (the notebook with the repository's notebooks beside it)."""
+    point table names the module, and each command runs (the notebook with the repository's notebooks beside it).
+    The shell's `cse-kit` and `papermill` are forked from the tests' server (tests/forked_python.py), as `python -m`
+    runs them; test_readme runs the installed `cse-kit` itself."""
     import tomllib
 
     blocks = BLOCK.findall((REPO / "docs" / "extending.md").read_text())
@@ -360,8 +364,11 @@ def test_the_docs_code_blocks_run_verbatim(tmp_path, data_dir):
     entry = tomllib.loads(blocks[2][2])["project"]["entry-points"]["cse_kit.methods"]
     assert entry == {"margin-simcse": "mymethod"}
     (tmp_path / "notebooks").symlink_to(REPO / "notebooks")
+    programs = tmp_path_factory.mktemp("bin")
+    forked_python.launcher(programs, "cse-kit", "-m", "cse_kit.cli")
+    forked_python.launcher(programs, "papermill", "-m", "papermill")
     env = {**os.environ, "CSE_KIT_DATA": str(data_dir), "CSE_KIT_RESULTS": str(tmp_path / "store"),
-           "CSE_KIT_LOG_WITH": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+           "CSE_KIT_LOG_WITH": "none", "PATH": f"{programs}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
     # one shell for all, as a reader's terminal (the first block's export holds for the others)
     script = "\n".join(f"echo '=== block'\n{text}" for kind, _, text in blocks if kind == "bash")
     done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -18,7 +18,7 @@ from cse_kit.results import parallel
 from cse_kit.results import Pretrained, ResultStore
 from cse_kit.train.presets import build_config
 
-import forked_kernel
+import forked_python
 import kit_process
 
 
@@ -201,7 +201,7 @@ def test_stopping_the_report_stops_its_kernels_and_workers_in_one_line(how, data
                                 *notebooks, "--workers", "2", "--data-dir", str(data_dir), "--results-dir",
                                 str(results), "--out", str(tmp_path / "page")], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               env={**os.environ, "TQDM_DISABLE": "1", forked_kernel.REAL: "1"})
+                               env={**os.environ, "TQDM_DISABLE": "1", forked_python.REAL: "1"})
     deadline = time.monotonic() + 300
     while not list(results.glob("runs/*/log.jsonl")) and time.monotonic() < deadline and report.poll() is None:
         time.sleep(0.1)

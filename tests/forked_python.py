@@ -1,24 +1,28 @@
-"""Jupyter kernels for the tests, forked from a server that has already imported ipykernel and the kit.
+"""Python programs for the tests, Jupyter kernels first, forked from a server that has already imported the kit.
 
 A smoke notebook's kernel spends most of its CPU importing torch, pandas, the kit and ipykernel (about 5 of its 7
 CPU-seconds, AMD EPYC with AVX2 only, 2 cores), and the tests run about thirty. conftest writes a `python3`
 kernelspec into a folder of its own on JUPYTER_PATH, so that every kernel the tests start (papermill in the tests'
-process, the report's commands and workers, JupyterLab) runs this file:
+process, the report's commands and workers, JupyterLab) runs this file; a test that runs a command as a user types
+it (`cse-kit ...` in a shell, a bench script) runs it through `launcher` or `command`:
 
-    python tests/forked_kernel.py <servers folder> -f <connection file> [ipykernel's arguments]
+    python tests/forked_python.py <servers folder> -m ipykernel_launcher -f <connection file> [ipykernel's arguments]
+    python tests/forked_python.py <servers folder> -m cse_kit.cli train ...
+    python tests/forked_python.py <servers folder> bench/train_speed.py ...
 
-That process is the kernel jupyter_client knows: it asks the server for its environment to fork a kernel, hands it
-its standard streams, passes on every signal it receives, exits as the kernel exits (killed by the same signal),
-and when it is killed (SIGKILL: jupyter_client's last resort) the server kills the kernel. Like ipykernel's own
-parent poller, it stops the kernel when the process that started it is gone. The kernel runs `ipykernel_launcher`
-as `python -m ipykernel_launcher` does, in the caller's folder, with its environment, in a session of its own.
+That process is the program its caller knows: it asks the server for its environment to fork the program, hands it
+its standard streams, passes on every signal it receives, exits as the program exits (killed by the same signal),
+and when it is killed (SIGKILL: jupyter_client's last resort) the server kills the program. Like ipykernel's own
+parent poller, it stops the program when the process that started it is gone. The program runs as `python -m
+module` or `python script` runs it, in the caller's folder, with its environment, in a session of its own.
 
-A server is started (detached) the first time an environment asks for one, and that kernel starts as a real
-`python -m ipykernel_launcher` (exec'd: the same pid); so does every kernel whose server is not yet listening. An
-environment is the server's when every variable but RUNTIME_VARIABLES is the same: the rest may be read when a
-library is imported (TQDM_DISABLE by tqdm, OMP_NUM_THREADS by torch). conftest stops the servers at the end.
+A server is started (detached) the first time an environment asks for one, and that program starts as a real
+`python` process (exec'd: the same pid); so does every program whose server is not yet listening. An environment is
+the server's when every variable but forking's RUNTIME_VARIABLES and SHELL_VARIABLES is the same: the rest may be
+read when a library is imported (TQDM_DISABLE by tqdm, OMP_NUM_THREADS by torch). conftest stops the servers at the
+end.
 
-This file imports only the standard library until it serves: the process jupyter_client starts costs what a
+This file imports only the standard library until it serves: the process its caller starts costs what a
 `python -c pass` costs."""
 
 from __future__ import annotations
@@ -33,29 +37,55 @@ import socket
 import struct
 import sys
 
-from forking import RUNTIME_VARIABLES, TRAINING_IMPORTS, run_as_python, take_over
+from forking import TRAINING_IMPORTS, compared, run_as_python, take_over
 
-#: imported once by the server: what a table notebook's first cell and ipykernel import, and what its runs' training
-#: does; not matplotlib, whose backend ipykernel chooses as the kernel starts (MPLBACKEND)
+#: imported once by the server: what a table notebook's first cell and ipykernel import, what its runs' training
+#: does, and the commands that train and evaluate; not matplotlib, whose backend ipykernel chooses as the kernel starts
+#: (MPLBACKEND)
 PRELOAD = (*TRAINING_IMPORTS, "cse_kit.experiments", "pandas", "ipykernel.kernelapp", "ipykernel.ipkernel",
-           "ipykernel.zmqshell")
-#: the signals a kernel process receives from jupyter_client, a terminal or a test, passed on to the forked kernel
+           "ipykernel.zmqshell", "cse_kit.cli", "cse_kit.cli.train", "cse_kit.cli.eval")
+#: the signals a program's process receives from jupyter_client, a terminal or a test, passed on to the forked program
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 STREAMS = 3  # stdin, stdout, stderr
-#: set to 1, the kernel is a real process: for a test of the process tree under the one that started it (a forked
-#: kernel, and what it starts, are the server's descendants)
-REAL = "CSE_KIT_TEST_REAL_KERNEL"
+#: set to 1, the program is a real process: for a test of the process tree under the one that started it (a forked
+#: program, and what it starts, are the server's descendants)
+REAL = "CSE_KIT_TEST_REAL_PROCESS"
+#: the servers' folder's name begins with it (conftest's temporary folder)
+PREFIX = "cse-kit-test-servers-"
 
 
 def signature(env: dict) -> str:
     """The name of the server for `env`: a digest of its variables that must be the server's."""
-    compared = sorted((k, v) for k, v in env.items() if not k.startswith(RUNTIME_VARIABLES))
-    return hashlib.sha256(json.dumps(compared).encode()).hexdigest()[:16]
+    variables = sorted((k, v) for k, v in env.items() if compared(k))
+    return hashlib.sha256(json.dumps(variables).encode()).hexdigest()[:16]
 
 
 def kernel_spec(servers: str, native: dict) -> dict:
-    """The `python3` kernelspec whose kernels are forked: ipykernel's own (`native`), this file as its command."""
-    return {**native, "argv": [sys.executable, os.path.abspath(__file__), servers, *native["argv"][3:]]}
+    """The `python3` kernelspec whose kernels are forked: ipykernel's own (`native`: `python -m ipykernel_launcher
+    ...`), this file before its arguments."""
+    return {**native, "argv": [*command(servers), *native["argv"][1:]]}
+
+
+def command(servers: str | None = None) -> list[str]:
+    """What stands for `python` in a command line: `[*command(), "-m", "cse_kit.cli", ...]` is `python -m cse_kit.cli
+    ...`, forked. servers: the folder conftest made (default: the one on JUPYTER_PATH)."""
+    return [sys.executable, os.path.abspath(__file__), servers or servers_folder()]
+
+
+def servers_folder() -> str:
+    """The servers' folder conftest put on JUPYTER_PATH (its `python3` kernelspec's)."""
+    [folder] = [p for p in os.environ["JUPYTER_PATH"].split(os.pathsep)
+                if os.path.isdir(os.path.join(p, "kernels", "python3")) and os.path.basename(p).startswith(PREFIX)]
+    return folder
+
+
+def launcher(folder, name: str, *python_args: str) -> None:
+    """An executable `folder/name` that runs `python *python_args "$@"`, forked: a shell's `cse-kit` (`launcher(bin,
+    "cse-kit", "-m", "cse_kit.cli")`) as a user's terminal runs it."""
+    path = os.path.join(folder, name)
+    with open(path, "w") as script:
+        script.write("#!/bin/sh\nexec " + " ".join(f"'{arg}'" for arg in (*command(), *python_args)) + ' "$@"\n')
+    os.chmod(path, 0o755)
 
 
 def stop_servers(servers: str) -> None:
@@ -71,7 +101,7 @@ def stop_servers(servers: str) -> None:
 def client(servers: str, args: list[str]) -> None:
     env = dict(os.environ)
     if env.get(REAL) == "1":
-        _real_kernel(args)
+        _real(args)
     name = signature(env)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -79,7 +109,7 @@ def client(servers: str, args: list[str]) -> None:
     except OSError:
         connection.close()
         _start_server(servers, name)
-        _real_kernel(args)
+        _real(args)
     request = json.dumps({"args": args, "cwd": os.getcwd(), "env": env}).encode()
     socket.send_fds(connection, [struct.pack("!I", len(request))], list(range(STREAMS)))
     connection.sendall(request)
@@ -100,8 +130,8 @@ def client(servers: str, args: list[str]) -> None:
     os._exit(code)
 
 
-def _real_kernel(args: list[str]) -> None:
-    os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args])
+def _real(args: list[str]) -> None:
+    os.execv(sys.executable, [sys.executable, *args])
 
 
 def _signal(kernel: int, number: int) -> None:
@@ -182,7 +212,7 @@ def _fork_kernel(listener, events) -> None:
         for key in list(events.get_map().values()):
             os.close(key.fd)
         connection.close()
-        _kernel(request, streams)
+        _program(request, streams)
     for fd in streams:
         os.close(fd)
     connection.sendall(f"{kernel}\n".encode())
@@ -190,17 +220,25 @@ def _fork_kernel(listener, events) -> None:
     events.register(connection, selectors.EVENT_READ, ("client", kernel))
 
 
-def _kernel(request: dict, streams: list[int]) -> None:
-    """The forked kernel: `python -m ipykernel_launcher *args` in the client's folder and environment."""
+def _program(request: dict, streams: list[int]) -> None:
+    """The forked program: `python *args` (`-m module ...` or `script ...`) in the client's folder and environment."""
     os.setsid()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's own handler
     take_over(streams, request["cwd"], request["env"])
-    sys.path[0] = request["cwd"]  # as `python -m` puts the current folder first
-    from ipykernel import kernelapp
+    import runpy
 
-    sys.argv = [os.path.join(os.path.dirname(os.path.dirname(kernelapp.__file__)), "ipykernel_launcher.py"),
-                *request["args"]]
-    run_as_python(kernelapp.launch_new_instance)
+    args = request["args"]
+    if args[0] == "-m":  # runpy puts the module's file first in sys.argv, as `python -m` does
+        sys.argv, sys.path[0] = [args[1], *args[2:]], request["cwd"]
+
+        def main():
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv, sys.path[0] = list(args), os.path.dirname(os.path.abspath(args[0]))
+
+        def main():
+            runpy.run_path(args[0], run_name="__main__")
+    run_as_python(main)
 
 
 if __name__ == "__main__":
