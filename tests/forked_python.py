@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import select
+import shlex
 import signal
 import socket
 import struct
@@ -84,7 +85,7 @@ def launcher(folder, name: str, *python_args: str) -> None:
     "cse-kit", "-m", "cse_kit.cli")`) as a user's terminal runs it."""
     path = os.path.join(folder, name)
     with open(path, "w") as script:
-        script.write("#!/bin/sh\nexec " + " ".join(f"'{arg}'" for arg in (*command(), *python_args)) + ' "$@"\n')
+        script.write(f"#!/bin/sh\nexec {shlex.join([*command(), *python_args])} \"$@\"\n")
     os.chmod(path, 0o755)
 
 
