@@ -97,7 +97,7 @@ def stop_servers(servers: str) -> None:
                 os.kill(int(pid.read()), signal.SIGTERM)
 
 
-# --- the process jupyter_client starts -------------------------------------------------------------------------------
+# --- the process the caller starts (jupyter_client, a shell, a test) --------------------------------------------------
 
 def client(servers: str, args: list[str]) -> None:
     env = dict(os.environ)
@@ -115,13 +115,13 @@ def client(servers: str, args: list[str]) -> None:
     socket.send_fds(connection, [struct.pack("!I", len(request))], list(range(STREAMS)))
     connection.sendall(request)
     replies = connection.makefile("rb")
-    kernel = int(replies.readline())
+    program = int(replies.readline())
     for sig in FORWARDED:
-        signal.signal(sig, lambda number, frame: _signal(kernel, number))
+        signal.signal(sig, lambda number, frame: _signal(program, number))
     parent = os.getppid()
     while not select.select([connection], [], [], 1.0)[0]:
         if os.getppid() != parent:  # as ipykernel's parent poller: the process that started it is gone
-            _signal(kernel, signal.SIGKILL)
+            _signal(program, signal.SIGKILL)
             os._exit(1)
     status = replies.readline()
     code = os.waitstatus_to_exitcode(int(status)) if status else -signal.SIGKILL
@@ -135,18 +135,18 @@ def _real(args: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, *args])
 
 
-def _signal(kernel: int, number: int) -> None:
+def _signal(program: int, number: int) -> None:
     with contextlib.suppress(OSError):
-        os.killpg(kernel, number)  # the kernel's process group, as jupyter_client signals a kernel's
+        os.killpg(program, number)  # the program's process group, as jupyter_client signals a kernel's
 
 
 def _start_server(servers: str, name: str) -> None:
-    """Start the server for this environment, detached, unless another kernel already did."""
+    """Start the server for this environment, detached, unless another program already did."""
     try:
         os.close(os.open(os.path.join(servers, f"{name}.started"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return
-    if os.fork() == 0:  # a grandchild, so that nothing waits for it; its streams are not the kernel's
+    if os.fork() == 0:  # a grandchild, so that nothing waits for it; its streams are not the program's
         os.setsid()
         if os.fork() == 0:
             os.dup2(os.open(os.devnull, os.O_RDWR), 0)
@@ -179,24 +179,24 @@ def serve(servers: str, name: str) -> None:
     while os.path.isdir(servers):  # conftest removes the folder once it has stopped the servers
         for key, _ in events.select(timeout=60):
             if key.fileobj is listener:
-                _fork_kernel(listener, events)
-            elif key.data[0] == "exited":  # the kernel ended: its status to its client, if it is still there
-                _, kernel, connection = key.data
+                _fork_program(listener, events)
+            elif key.data[0] == "exited":  # the program ended: its status to its client, if it is still there
+                _, program, connection = key.data
                 events.unregister(key.fileobj)
                 os.close(key.fd)
-                _, status = os.waitpid(kernel, 0)
+                _, status = os.waitpid(program, 0)
                 if connection.fileno() >= 0:
                     events.unregister(connection)
                     with contextlib.suppress(OSError):
                         connection.sendall(f"{status}\n".encode())
                     connection.close()
-            elif key.fileobj.fileno() >= 0:  # the client closed its end first: it was killed, and so is the kernel
+            elif key.fileobj.fileno() >= 0:  # the client closed its end first: it was killed, and so is the program
                 events.unregister(key.fileobj)
                 key.fileobj.close()
                 _signal(key.data[1], signal.SIGKILL)
 
 
-def _fork_kernel(listener, events) -> None:
+def _fork_program(listener, events) -> None:
     import selectors
 
     connection, _ = listener.accept()
@@ -208,17 +208,17 @@ def _fork_kernel(listener, events) -> None:
     request = json.loads(request)
     sys.stdout.flush()
     sys.stderr.flush()
-    kernel = os.fork()
-    if kernel == 0:  # the other kernels' connections and pidfds closed, or the server would miss their clients' end
+    program = os.fork()
+    if program == 0:  # the others' connections and pidfds closed, or the server would miss their clients' end
         for key in list(events.get_map().values()):
             os.close(key.fd)
         connection.close()
         _program(request, streams)
     for fd in streams:
         os.close(fd)
-    connection.sendall(f"{kernel}\n".encode())
-    events.register(os.pidfd_open(kernel), selectors.EVENT_READ, ("exited", kernel, connection))
-    events.register(connection, selectors.EVENT_READ, ("client", kernel))
+    connection.sendall(f"{program}\n".encode())
+    events.register(os.pidfd_open(program), selectors.EVENT_READ, ("exited", program, connection))
+    events.register(connection, selectors.EVENT_READ, ("client", program))
 
 
 def _program(request: dict, streams: list[int]) -> None:

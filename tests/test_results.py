@@ -372,9 +372,12 @@ def test_setup_quiets_the_hubs_progress_bars_when_the_hub_is_imported_already(da
 
     from cse_kit import experiments as ex
 
-    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
-    enable_progress_bars()
     try:
+        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+        enable_progress_bars()
+        ex.setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
+        assert not are_progress_bars_disabled()  # the user's own setting
+        monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS")
         ex.setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
         assert are_progress_bars_disabled()
     finally:

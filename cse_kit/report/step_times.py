@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..data.registry import ORDERED_CORPORA, is_nli
+from ..environment import variables_set
 
 SHIPPED_FILE = Path(__file__).with_name("step_times.json")
 #: this machine's measured figures, in the results store's folder (a lab's shared store keeps each device's apart)
@@ -271,8 +272,6 @@ def time_evaluation(kind: str, model: str, pooler: str, profile: str, data_dir, 
 def _no_progress_bars():
     """The timing runs' tokenizing and evaluation bars off (the measurement prints one line per figure)."""
     import datasets
-
-    from ..environment import variables_set
 
     was_off = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
