@@ -366,21 +366,32 @@ if "transformers" in sys.modules:
 
 
 def test_setup_quiets_the_hubs_progress_bars_when_the_hub_is_imported_already(data_dir, tmp_path, monkeypatch):
-    """A kernel whose first cell imported transformers (and so the Hub) before the kit's setup: the variable would
-    come too late, so setup turns the Hub's bars off itself; a user's HF_HUB_DISABLE_PROGRESS_BARS=0 stands."""
+    """A kernel whose first cell imported the Hub before the kit's setup: the variable would come too late, so setup
+    turns the Hub's bars off itself; a user's HF_HUB_DISABLE_PROGRESS_BARS=0 stands, with no warning."""
+    import sys
+    import warnings
+
     from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
 
     from cse_kit import experiments as ex
 
+    hub = sys.modules[are_progress_bars_disabled.__module__]
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)  # transformers' own call turns the Hub's off too
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
     try:
         monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+        monkeypatch.setattr(hub, "HF_HUB_DISABLE_PROGRESS_BARS", False)  # what the Hub read as it was imported
         enable_progress_bars()
-        ex.setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
-        assert not are_progress_bars_disabled()  # the user's own setting
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ex.setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
+        assert not are_progress_bars_disabled()
         monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS")
+        monkeypatch.setattr(hub, "HF_HUB_DISABLE_PROGRESS_BARS", None)
         ex.setup("smoke", [1], str(data_dir), str(tmp_path / "results"))
         assert are_progress_bars_disabled()
     finally:
+        monkeypatch.setattr(hub, "HF_HUB_DISABLE_PROGRESS_BARS", None)
         enable_progress_bars()
 
 
