@@ -21,8 +21,10 @@ import traceback
 RUNTIME_VARIABLES = ("CSE_KIT_", "PYTEST_", "JPY_", "KERNEL_", "PYDEVD_", "TORCHINDUCTOR_CACHE_DIR", "SLURM_CONF",
                      "WANDB_", "MLFLOW_", "DISABLE_SAFETENSORS_CONVERSION", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK",
                      "_RJEM_MALLOC_CONF")
-#: what a shell sets for every program it starts, and PATH, read as a program is looked up: a child's may differ too
-SHELL_VARIABLES = frozenset({"PATH", "PWD", "OLDPWD", "SHLVL", "_"})
+#: what a shell sets for every program it starts, and PATH, read as a program is looked up, and PS1, the prompt a
+#: virtual environment's activate exports and a shell that is not interactive unsets (docs/extending.md's commands,
+#: run by `bash -c`): a child's may differ too
+SHELL_VARIABLES = frozenset({"PATH", "PWD", "OLDPWD", "SHLVL", "_", "PS1"})
 
 
 def compared(name: str) -> bool:
