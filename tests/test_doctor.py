@@ -163,6 +163,15 @@ def test_a_number_beyond_its_tolerance_exits_1_naming_it_its_difference_and_the_
     assert lines[-1].endswith(f"`{doctor.WRITE_COMMAND} --quick --references {path}`")
 
 
+def test_the_step_check_takes_the_losses_the_loop_logs(data_dir, tmp_path):
+    """The cpu-profile check steps its run without the loop (no dev evaluation at its end): its losses must be the
+    ones the loop logs for the same run, here on the smoke profile."""
+    settings, data = {"seed": 3, "max_steps": 3, "mixed_precision": "no"}, str(data_dir)
+    _, logged = doctor._train(doctor.STEP_PRESET, "smoke", {**settings, "eval_steps": 3}, tmp_path / "loop", data)
+    assert len(logged) == 3
+    assert doctor._steps(doctor.STEP_PRESET, "smoke", settings, tmp_path / "steps", data) == logged
+
+
 def test_the_likely_cause_names_the_cpu_the_bf16_unit_for_bf16_numbers_and_else_the_code():
     here = {**describe(), "cpu_capability": "AVX2", "cpu_bf16": None}
     there = {**describe(), "cpu_capability": "AVX512", "cpu_bf16": "AVX512-BF16"}
