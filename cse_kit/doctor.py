@@ -134,13 +134,20 @@ def _main_command(names: list[str], data_dir) -> dict:
     return {f"main command: {name}": values[name] for name in names}
 
 
+def _quiet_config(preset: str, profile: str, settings: dict, out: Path, data_dir):
+    """The configuration of a doctor's run of preset on profile: every step's loss logged, no tracker, into out."""
+    from .train import build_config
+
+    return build_config(preset, profile, {**settings, "log_steps": 1, "log_with": "none", "data_dir": data_dir,
+                                          "output_dir": str(out)})
+
+
 def _train(preset: str, profile: str, settings: dict, out: Path, data_dir) -> tuple[float, list[float]]:
     """(best dev score, the loss of every step) of a quiet run of preset on profile."""
-    from .train import build_config, train
+    from .train import train
 
-    cfg = build_config(preset, profile, {**settings, "log_steps": 1, "log_with": "none", "data_dir": data_dir,
-                                         "output_dir": str(out)})
-    summary = train(cfg, progress=False, announce=lambda line: None)
+    summary = train(_quiet_config(preset, profile, settings, out, data_dir), progress=False,
+                    announce=lambda line: None)
     with open(out / "log.jsonl") as log:
         losses = [row["loss"] for row in map(json.loads, log) if "loss" in row]
     return summary["best"], losses
@@ -160,13 +167,12 @@ def _cpu_steps(precision: str, tmp: Path, data_dir) -> list[float]:
 def _steps(preset: str, profile: str, settings: dict, out: Path, data_dir) -> list[float]:
     """The loss of each step of a run of preset on profile (settings' max_steps of them), as the loop logs it: taken
     by the loop's own step (train.step.TrainStep) on the run the loop sets up (train.setup.set_up_run), without the
-    dev evaluation the loop ends a run with, which this check does not read (half of a cpu-profile check's time; the
+    dev evaluation the loop ends a run with, which this check does not read (most of a cpu-profile check's time; the
     smoke runs check the loop's)."""
-    from .train import build_config
     from .train.setup import set_up_run
     from .train.step import TrainStep
 
-    cfg = build_config(preset, profile, {**settings, "log_with": "none", "data_dir": data_dir, "output_dir": str(out)})
+    cfg = _quiet_config(preset, profile, settings, out, data_dir)
     run = set_up_run(cfg)
     step = TrainStep(cfg, run.accelerator, run.objective, run.unwrapped, run.params, run.optimizers, run.schedulers,
                      run.batches, run.nli_batches, run.first_stage)
